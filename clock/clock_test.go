@@ -1,0 +1,62 @@
+package clock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/clock"
+)
+
+func TestFakeFiresTimersItPasses(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := clock.NewFake(start)
+	early, late := c.NewTimer(time.Second), c.NewTimer(time.Minute)
+	if got := c.Pending(); got != 2 {
+		t.Fatalf("pending = %d, want 2", got)
+	}
+	c.Advance(2 * time.Second)
+	select {
+	case at := <-early.C():
+		if !at.Equal(start.Add(2 * time.Second)) {
+			t.Fatalf("fired at %v", at)
+		}
+	default:
+		t.Fatal("the one-second timer did not fire after two seconds")
+	}
+	select {
+	case <-late.C():
+		t.Fatal("the one-minute timer fired after two seconds")
+	default:
+	}
+	if !late.Stop() {
+		t.Fatal("Stop of a pending timer reported it was not pending")
+	}
+	if c.Pending() != 0 {
+		t.Fatal("a stopped timer is still pending")
+	}
+}
+
+func TestFakeSleepWaitsForAdvance(t *testing.T) {
+	c := clock.NewFake(time.Unix(0, 0))
+	done := make(chan error)
+	go func() { done <- clock.Sleep(context.Background(), c, time.Hour) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.WaitTimers(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(time.Hour)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInDatabase(t *testing.T) {
+	if clock.InDatabase(clock.Host{}) || clock.InDatabase(clock.NewFake(time.Now())) {
+		t.Fatal("host or fake clock reported as the database clock")
+	}
+	if !clock.InDatabase(clock.Database{}) {
+		t.Fatal("Database clock not recognised")
+	}
+}

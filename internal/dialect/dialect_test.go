@@ -1,0 +1,116 @@
+package dialect_test
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+func TestCheckTableName(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"invoice_jobs", true},
+		{"app.invoice_jobs", true},
+		{"_x9", true},
+		{"", false},
+		{"9jobs", false},
+		{"invoice_jobs; DROP TABLE x", false},
+		{`jobs"`, false},
+		{"a.b.c", false},
+		{"jobs-1", false},
+		{string(make([]byte, 64)), false},
+	} {
+		err := dialect.CheckTableName(tc.name)
+		if (err == nil) != tc.ok {
+			t.Errorf("CheckTableName(%q) = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+	if got := dialect.Quote("app.jobs"); got != `"app"."jobs"` {
+		t.Errorf("Quote = %s", got)
+	}
+}
+
+func TestRebind(t *testing.T) {
+	q := "SELECT $1, $12 WHERE x = $1"
+	if got := dialect.Of(dialect.SQLite).Rebind(q); got != "SELECT ?1, ?12 WHERE x = ?1" {
+		t.Errorf("sqlite rebind = %q", got)
+	}
+	if got := dialect.Of(dialect.Postgres).Rebind(q); got != q {
+		t.Errorf("postgres rebind changed the query: %q", got)
+	}
+}
+
+func TestSQLiteURLs(t *testing.T) {
+	for _, tc := range []struct{ url, prefix string }{
+		{"sqlite:///var/lib/app/jobs.db", "file:/var/lib/app/jobs.db?"},
+		{"sqlite://jobs.db", "file:jobs.db?"},
+		{"sqlite://:memory:shop", "file:/shop?"},
+		{"sqlite://:memory:", "file:/sqlinbox-"},
+	} {
+		dsn, err := dialect.SQLiteDSN(tc.url)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.url, err)
+		}
+		if len(dsn) < len(tc.prefix) || dsn[:len(tc.prefix)] != tc.prefix {
+			t.Errorf("%s -> %s, want prefix %s", tc.url, dsn, tc.prefix)
+		}
+	}
+	if _, err := dialect.SQLiteDSN("sqlite://"); err == nil {
+		t.Error("empty sqlite URL accepted")
+	}
+	if _, _, err := dialect.Open("mysql://x"); err == nil {
+		t.Error("mysql URL accepted")
+	}
+}
+
+// The database clock's SQL must write what the host encoding writes, so a
+// fence compares equal whichever clock wrote it.
+func TestDatabaseTimesRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	check := func(t *testing.T, db *sql.DB, d *dialect.Dialect, enc dialect.Encoding) {
+		tm := dialect.Times{Kind: d.Kind, Encoding: enc, InDatabase: true}
+		var raw any
+		before := time.Now().Add(time.Minute - time.Second)
+		if err := db.QueryRowContext(ctx, d.Rebind("SELECT "+tm.At(1)), tm.Arg(time.Time{}, time.Minute)).Scan(&raw); err != nil {
+			t.Fatal(err)
+		}
+		at, ok, err := tm.Decode(raw)
+		if err != nil || !ok {
+			t.Fatalf("decode %v: %v", raw, err)
+		}
+		if at.Before(before) || at.After(before.Add(5*time.Second)) {
+			t.Fatalf("database now+1m = %v, host says about %v", at, before)
+		}
+		host := dialect.Times{Kind: d.Kind, Encoding: enc}
+		if enc != dialect.Timestamptz && host.Encode(at) != raw && host.Encode(at) != at {
+			t.Fatalf("re-encoded %v as %v, database wrote %v", at, host.Encode(at), raw)
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		db, d, err := dialect.Open("sqlite://:memory:")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		check(t, db, d, dialect.Text)
+		check(t, db, d, dialect.UnixMillis)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		u := os.Getenv("POSTGRES_TEST_URL")
+		if u == "" {
+			t.Skip("POSTGRES_TEST_URL is not set: skipping the Postgres half")
+		}
+		db, d, err := dialect.Open(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		check(t, db, d, dialect.Timestamptz)
+	})
+}

@@ -1,0 +1,123 @@
+// Package claim is the contract the three claim forms share: a Claimer takes
+// rows of an inbox table for free workers, and each claimed Job is settled
+// once, by ack, retry, park or release. Forms live in claim/lease,
+// claim/rowlock and claim/advisory; the inbox drives whichever one a
+// subscription picks.
+package claim
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// Claimer takes rows for free workers.
+type Claimer interface {
+	// Claim takes up to max available rows, each held by this claimer until
+	// its Job is settled. Fewer than max means the table had no more to give
+	// right now.
+	Claim(ctx context.Context, max int) ([]*Job, error)
+	// Batch is the most rows one claim takes; zero means no limit.
+	Batch() int
+	// Held is how many pool connections the form holds for jobs in work.
+	Held() int
+}
+
+// Settler settles one claimed row. Exactly one of Ack, Retry, Park or
+// Release is called for each job.
+type Settler interface {
+	// Ack deletes the row.
+	Ack(ctx context.Context) error
+	// Retry makes the row available again after delay, counting an attempt
+	// and keeping lastError where the table has those columns.
+	Retry(ctx context.Context, delay time.Duration, lastError string) error
+	// Park sets the row aside for good (locked_until = never): visible, never
+	// claimed again until a person or program releases it.
+	Park(ctx context.Context, lastError string) error
+	// Release gives back a row that was claimed but never started, without
+	// counting an attempt.
+	Release(ctx context.Context) error
+	// Extend moves the row's lease to now+lease; forms whose hold does not
+	// expire do nothing.
+	Extend(ctx context.Context, lease time.Duration) error
+}
+
+// ErrLost is returned when a row's lease was taken over or the row is gone:
+// the holder no longer holds it and its settlement changed nothing.
+var ErrLost = errors.New("claim lost: the row's lease was taken over or the row is gone")
+
+// Job is one claimed row.
+type Job struct {
+	ID int64
+	// Lease is the row's locked_until as this claim wrote it (the fencing
+	// value of the lease form), or as it read it (zero when NULL).
+	Lease time.Time
+	// Attempts is the attempts column as claimed (failures so far), zero
+	// where the table has none.
+	Attempts int
+	// Value is the user's row, as Table.New made and the claim filled it.
+	Value any
+	Settler
+}
+
+// Table is what every form needs to know of an inbox table.
+type Table struct {
+	dialect.Table
+	// Unquoted is the table's name as the user gave it, for messages,
+	// notification channels and advisory lock classes.
+	Unquoted string
+	Times    dialect.Times
+	// New makes a fresh user value and the scan destinations for Columns.
+	New func() (value any, dest []any)
+}
+
+// Env is what a form gets from the subscription that drives it.
+type Env struct {
+	DB      *sql.DB
+	Dialect *dialect.Dialect
+	Table   Table
+	SQL     dialect.InboxSQL
+	Clock   clock.Clock
+	// Group is the group claimed, nil for the whole table.
+	Group any
+	// Lease is how long a claim holds a row in the lease form.
+	Lease time.Duration
+	// Conns is the most connections the form may hold at once, claims
+	// included: the pool's size less one.
+	Conns int
+}
+
+// Form makes a Claimer for a subscription. It fails when the form cannot
+// serve the database or the table.
+type Form interface {
+	// Name is the form's name in messages: "lease", "rowlock", "advisory".
+	Name() string
+	// Supports says why the form cannot serve the database, or nil.
+	Supports(d *dialect.Dialect) error
+	New(env Env) (Claimer, error)
+}
+
+// ScanJob reads one row of the shape every claim returns: id, locked_until,
+// attempts, then the table's Columns.
+func ScanJob(t Table, scan func(dest ...any) error) (*Job, error) {
+	value, dest := t.New()
+	var (
+		j     Job
+		lease any
+		att   sql.NullInt64
+	)
+	if err := scan(append([]any{&j.ID, &lease, &att}, dest...)...); err != nil {
+		return nil, fmt.Errorf("scan a row of %q: %w", t.Unquoted, err)
+	}
+	at, _, err := t.Times.Decode(lease)
+	if err != nil {
+		return nil, fmt.Errorf("table %q row %d: locked_until: %w", t.Unquoted, j.ID, err)
+	}
+	j.Lease, j.Attempts, j.Value = at, int(att.Int64), value
+	return &j, nil
+}

@@ -1,0 +1,126 @@
+// Package lease is the claim form that writes a lease into locked_until.
+//
+// One statement takes up to one row per free worker whose lease is free and
+// writes now+lease into each; the value written is the claim's fencing
+// token, so an ack, retry or extension changes the row only while that
+// value still stands. No connection is held while a handler runs, and a row
+// whose holder died comes back when its lease runs out. It serves SQLite and
+// Postgres.
+package lease
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/claim"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// Form is the lease form.
+var Form claim.Form = form{}
+
+type form struct{}
+
+func (form) Name() string                    { return "lease" }
+func (form) Supports(*dialect.Dialect) error { return nil }
+func (form) New(env claim.Env) (claim.Claimer, error) {
+	if env.Lease <= 0 {
+		return nil, fmt.Errorf("lease form on %q: lease must be positive, got %v", env.Table.Unquoted, env.Lease)
+	}
+	return &claimer{env: env}, nil
+}
+
+type claimer struct {
+	env claim.Env
+}
+
+func (c *claimer) Batch() int { return 0 }
+func (c *claimer) Held() int  { return 0 }
+
+func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
+	e := &c.env
+	now := e.Clock.Now()
+	rows, err := e.DB.QueryContext(ctx, e.SQL.ClaimLease,
+		e.Table.Times.Arg(now, e.Lease), e.Table.Times.Arg(now, 0), max, e.Group)
+	if err != nil {
+		return nil, fmt.Errorf("claim from %q: %w", e.Table.Unquoted, err)
+	}
+	defer rows.Close()
+	jobs := make([]*claim.Job, 0, max)
+	for rows.Next() {
+		j, err := claim.ScanJob(e.Table, rows.Scan)
+		if err != nil {
+			return nil, err
+		}
+		j.Settler = &settler{c: c, id: j.ID, fence: e.Table.Times.Encode(j.Lease)}
+		jobs = append(jobs, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim from %q: %w", e.Table.Unquoted, err)
+	}
+	return jobs, nil
+}
+
+type settler struct {
+	c     *claimer
+	id    int64
+	fence any
+}
+
+// exec runs a fenced statement and reports ErrLost when it changed nothing.
+func (s *settler) exec(ctx context.Context, what, query string, args ...any) error {
+	e := &s.c.env
+	res, err := e.DB.ExecContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("%s row %d of %q: %w", what, s.id, e.Table.Unquoted, err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 0 {
+		return fmt.Errorf("%s row %d of %q: %w", what, s.id, e.Table.Unquoted, claim.ErrLost)
+	}
+	return nil
+}
+
+func (s *settler) Ack(ctx context.Context) error {
+	return s.exec(ctx, "ack", s.c.env.SQL.Ack, s.id, s.fence)
+}
+
+func (s *settler) Retry(ctx context.Context, delay time.Duration, lastError string) error {
+	e := &s.c.env
+	return s.exec(ctx, "retry", e.SQL.Retry, s.id, s.fence, e.Table.Times.Arg(e.Clock.Now(), delay), nullable(lastError))
+}
+
+func (s *settler) Park(ctx context.Context, lastError string) error {
+	e := &s.c.env
+	return s.exec(ctx, "park", e.SQL.Park, s.id, s.fence, e.Table.Times.Encode(dialect.Never), nullable(lastError))
+}
+
+func (s *settler) Release(ctx context.Context) error {
+	return s.exec(ctx, "release", s.c.env.SQL.Release, s.id, s.fence)
+}
+
+func (s *settler) Extend(ctx context.Context, lease time.Duration) error {
+	e := &s.c.env
+	var raw any
+	err := e.DB.QueryRowContext(ctx, e.SQL.Extend, s.id, s.fence, e.Table.Times.Arg(e.Clock.Now(), lease)).Scan(&raw)
+	if err == sql.ErrNoRows {
+		return fmt.Errorf("extend row %d of %q: %w", s.id, e.Table.Unquoted, claim.ErrLost)
+	}
+	if err != nil {
+		return fmt.Errorf("extend row %d of %q: %w", s.id, e.Table.Unquoted, err)
+	}
+	at, _, err := e.Table.Times.Decode(raw)
+	if err != nil {
+		return err
+	}
+	s.fence = e.Table.Times.Encode(at)
+	return nil
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}

@@ -1,0 +1,277 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/notify"
+)
+
+// DefaultPollInterval is how long a subscription waits after a claim that
+// came back short before it claims again, unless woken first.
+const DefaultPollInterval = time.Second
+
+// Broker is one service instance's door to a database: it holds the pool,
+// the clock, the poll interval and the wake-ups of every subscription and
+// publish made through it.
+type Broker struct {
+	db      *sql.DB
+	d       *dialect.Dialect
+	owns    bool // the broker opened db and closes it
+	poll    time.Duration
+	clock   clock.Clock
+	log     *slog.Logger
+	hub     *notify.Hub
+	maxConn int // the pool's size; 0 when unbounded
+
+	listener     *notify.Listener
+	stopListener context.CancelFunc
+	listenerDone chan struct{}
+
+	mu        sync.Mutex
+	inserts   map[string]insert        // publish statements by table and row type
+	encodings map[string]dialect.Times // locked_until encodings by table
+}
+
+// Option configures a Broker.
+type Option func(*brokerConfig) error
+
+type brokerConfig struct {
+	poll     time.Duration
+	clock    clock.Clock
+	log      *slog.Logger
+	hub      *notify.Hub
+	notify   bool
+	maxConns int
+}
+
+// PollInterval sets how long a subscription waits after a short claim before
+// it claims again when nothing wakes it. Default DefaultPollInterval (1 s);
+// it must be positive.
+func PollInterval(d time.Duration) Option {
+	return func(c *brokerConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("inbox: PollInterval must be positive, got %v", d)
+		}
+		c.poll = d
+		return nil
+	}
+}
+
+// WithClock sets the clock every statement takes its times from. Default
+// clock.Host; clock.Database makes the database's now() decide; a
+// *clock.Fake drives tests without sleeping.
+func WithClock(c clock.Clock) Option {
+	return func(cfg *brokerConfig) error {
+		if c == nil {
+			return fmt.Errorf("inbox: WithClock(nil)")
+		}
+		cfg.clock = c
+		return nil
+	}
+}
+
+// WithLogger sets the logger. Default slog.Default(). A claim loop logs
+// nothing per job at Info.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *brokerConfig) error {
+		if l == nil {
+			return fmt.Errorf("inbox: WithLogger(nil)")
+		}
+		c.log = l
+		return nil
+	}
+}
+
+// WithHub sets the in-process hub publishes wake. Default notify.Default,
+// shared by every broker of the process.
+func WithHub(h *notify.Hub) Option {
+	return func(c *brokerConfig) error {
+		if h == nil {
+			return fmt.Errorf("inbox: WithHub(nil)")
+		}
+		c.hub = h
+		return nil
+	}
+}
+
+// ListenNotify turns on Postgres LISTEN/NOTIFY wake-ups: the broker keeps
+// one connection of its pool for its whole life to listen on the channel of
+// every subscribed table, and each publish sends pg_notify(table, group)
+// right after its write. Off by default; refused on SQLite.
+func ListenNotify() Option {
+	return func(c *brokerConfig) error { c.notify = true; return nil }
+}
+
+// MaxConns sets the size of a pool the broker opens from a URL. Default: 4
+// plus one per core, at least 8 on Postgres; 4 on SQLite. Pools passed to
+// New keep the size their owner gave them.
+func MaxConns(n int) Option {
+	return func(c *brokerConfig) error {
+		if n < 2 {
+			return fmt.Errorf("inbox: MaxConns must be at least 2 (one for claims, one for settlements and publishes), got %d", n)
+		}
+		c.maxConns = n
+		return nil
+	}
+}
+
+// Open opens a broker on a database URL:
+//
+//	postgres://user@host:5432/db   as pgx takes it
+//	sqlite:///var/lib/app/jobs.db  an absolute path; sqlite://jobs.db a relative one
+//	sqlite://:memory:              a fresh in-memory database
+//	sqlite://:memory:NAME          a named in-memory database every pool of the process shares
+//
+// The broker owns the pool it opened: Close closes it.
+func Open(url string, opts ...Option) (*Broker, error) {
+	db, d, err := dialect.Open(url)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
+	}
+	var cfg brokerConfig
+	if err := apply(&cfg, opts); err != nil {
+		db.Close()
+		return nil, err
+	}
+	n := cfg.maxConns
+	if n == 0 {
+		n = 4
+		if d.Kind == dialect.Postgres {
+			n = max(8, 4+runtime.NumCPU())
+		}
+	}
+	db.SetMaxOpenConns(n)
+	db.SetMaxIdleConns(n)
+	b, err := newBroker(db, d, cfg)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	b.owns = true
+	return b, nil
+}
+
+// New makes a broker on a pool the caller already has and keeps: a
+// *sql.DB (drivers modernc.org/sqlite or pgx's stdlib), a *sqlx.DB or a
+// *pgxpool.Pool. Subscriptions size their claims to the pool: they never hold
+// more than its size less one connection.
+func New(pool any, opts ...Option) (*Broker, error) {
+	var db *sql.DB
+	switch p := pool.(type) {
+	case *sql.DB:
+		db = p
+	case *sqlx.DB:
+		db = p.DB
+	case *pgxpool.Pool:
+		db = stdlib.OpenDBFromPool(p)
+		db.SetMaxOpenConns(int(p.Config().MaxConns))
+	default:
+		return nil, fmt.Errorf("inbox: New takes a *sql.DB, *sqlx.DB or *pgxpool.Pool, got %T", pool)
+	}
+	d, err := dialect.Detect(db)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
+	}
+	var cfg brokerConfig
+	if err := apply(&cfg, opts); err != nil {
+		return nil, err
+	}
+	return newBroker(db, d, cfg)
+}
+
+func apply(cfg *brokerConfig, opts []Option) error {
+	for _, o := range opts {
+		if err := o(cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.poll == 0 {
+		cfg.poll = DefaultPollInterval
+	}
+	if cfg.clock == nil {
+		cfg.clock = clock.Host{}
+	}
+	if cfg.log == nil {
+		cfg.log = slog.Default()
+	}
+	if cfg.hub == nil {
+		cfg.hub = notify.Default
+	}
+	return nil
+}
+
+func newBroker(db *sql.DB, d *dialect.Dialect, cfg brokerConfig) (*Broker, error) {
+	b := &Broker{db: db, d: d, poll: cfg.poll, clock: cfg.clock, log: cfg.log, hub: cfg.hub,
+		maxConn: db.Stats().MaxOpenConnections, inserts: map[string]insert{}, encodings: map[string]dialect.Times{}}
+	if cfg.notify {
+		if d.Kind != dialect.Postgres {
+			return nil, fmt.Errorf("inbox: ListenNotify needs Postgres; %s has no LISTEN/NOTIFY (in-process publishes still wake at once)", d)
+		}
+		if b.maxConn != 0 && b.maxConn < 3 {
+			return nil, fmt.Errorf("inbox: ListenNotify keeps one connection for the listener; a pool of %d leaves too few: give the pool at least 3", b.maxConn)
+		}
+		b.listener = notify.NewListener(db, b.hub, b.log)
+		ctx, cancel := context.WithCancel(context.Background())
+		b.stopListener = cancel
+		b.listenerDone = make(chan struct{})
+		go func() {
+			defer close(b.listenerDone)
+			_ = b.listener.Run(ctx)
+		}()
+	}
+	return b, nil
+}
+
+// DB returns the broker's pool, for migrations, startup hooks and producers.
+func (b *Broker) DB() *sql.DB { return b.db }
+
+// Dialect names the database engine: "sqlite" or "postgres".
+func (b *Broker) Dialect() string { return b.d.String() }
+
+// Listener returns the broker's Postgres listener, nil unless ListenNotify.
+func (b *Broker) Listener() *notify.Listener { return b.listener }
+
+// Close stops the listener and, when the broker opened the pool, closes it.
+func (b *Broker) Close() error {
+	if b.stopListener != nil {
+		b.stopListener()
+		<-b.listenerDone
+	}
+	if b.owns {
+		return b.db.Close()
+	}
+	return nil
+}
+
+// claimConns is how many connections a subscription may hold at once: the
+// pool's size less one (left for settlements and publishes) and less the
+// listener's; at least one.
+func (b *Broker) claimConns() int {
+	if b.maxConn == 0 {
+		return 1 << 20
+	}
+	n := b.maxConn - 1
+	if b.listener != nil {
+		n--
+	}
+	return max(n, 1)
+}
+
+// Wake wakes the subscriptions of queue q's table in this process (and
+// group, when q has one) at once. Publish does it itself; call it after
+// committing a transaction that wrote rows by plain SQL.
+func (b *Broker) Wake(table, group string) {
+	b.hub.Wake(table, group)
+}

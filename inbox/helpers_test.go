@@ -1,0 +1,150 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/inboxtest"
+	"github.com/sqlinbox/sqlinbox/migrations"
+)
+
+// Job is the reference table's row.
+type Job struct {
+	ID          int64          `db:"id" inbox:"id,generated"`
+	LockedUntil *time.Time     `db:"locked_until" inbox:"locked_until"`
+	Payload     []byte         `db:"payload" inbox:"payload"`
+	Group       string         `db:"group_name" inbox:"group"`
+	Attempts    int            `db:"attempts" inbox:"attempts"`
+	LastError   sql.NullString `db:"last_error" inbox:"last_error"`
+}
+
+// eachDB runs f on SQLite in memory and, with POSTGRES_TEST_URL, on Postgres.
+func eachDB(t *testing.T, f func(t *testing.T, url string)) {
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); f(t, inboxtest.SQLite(t)) })
+	t.Run("postgres", func(t *testing.T) { t.Parallel(); f(t, inboxtest.Postgres(t)) })
+}
+
+// open opens a broker on url with the reference table "jobs" in place.
+func open(t *testing.T, url string, opts ...inbox.Option) *inbox.Broker {
+	t.Helper()
+	b, err := inbox.Open(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := migrations.Apply(ctx, b.DB(), "jobs"); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// run runs sub until the test ends, failing the test if Run returns an error.
+func run(t *testing.T, sub *inbox.Subscription) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Errorf("subscription did not stop within 60s")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// events collects Observe events and lets a test wait for them.
+type events struct {
+	mu   sync.Mutex
+	all  []inbox.Event
+	more chan struct{}
+}
+
+func newEvents() *events { return &events{more: make(chan struct{})} }
+
+func (e *events) observe(ev inbox.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.all = append(e.all, ev)
+	close(e.more)
+	e.more = make(chan struct{})
+}
+
+// wait blocks until cond holds over the events seen, or fails the test.
+func (e *events) wait(t *testing.T, what string, cond func([]inbox.Event) bool) []inbox.Event {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		e.mu.Lock()
+		all := append([]inbox.Event(nil), e.all...)
+		more := e.more
+		e.mu.Unlock()
+		if cond(all) {
+			return all
+		}
+		select {
+		case <-more:
+		case <-deadline:
+			t.Fatalf("waited 30s for %s; events so far: %+v", what, all)
+		}
+	}
+}
+
+func count(evs []inbox.Event, o inbox.Outcome) int {
+	n := 0
+	for _, e := range evs {
+		if e.Outcome == o {
+			n++
+		}
+	}
+	return n
+}
+
+// insert writes n rows by plain SQL, as a producer would.
+func insert(t *testing.T, db *sql.DB, n int) {
+	t.Helper()
+	for i := range n {
+		if _, err := db.Exec("INSERT INTO jobs (payload) VALUES ('p')"); err != nil {
+			t.Fatalf("insert row %d: %v", i, err)
+		}
+	}
+}
+
+func rows(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM jobs").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func fake() *clock.Fake { return clock.NewFake(epoch) }
+
+// idle waits until sub waits on nothing but a wake or its poll.
+func idle(t *testing.T, sub *inbox.Subscription) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := sub.WaitIdle(ctx); err != nil {
+		t.Fatalf("subscription not idle within 30s: %v", err)
+	}
+}

@@ -1,0 +1,78 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+
+	"github.com/sqlinbox/sqlinbox/claim"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// ListParked lists the rows of q that failed their last attempt and were set
+// aside (their locked_until is far in the future, so no claim takes them),
+// in id order, with their attempts and last error where the struct tags
+// those columns.
+func ListParked[T any](ctx context.Context, b *Broker, q Queue[T]) ([]T, error) {
+	t, stmts, err := adminSQL(ctx, b, q)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := b.db.QueryContext(ctx, stmts.Parked, t.Times.Encode(dialect.Never), groupArg(q))
+	if err != nil {
+		return nil, fmt.Errorf("inbox: list parked rows of %q: %w", q.table, err)
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		j, err := claim.ScanJob(t, rows.Scan)
+		if err != nil {
+			return nil, err
+		}
+		v := reflect.ValueOf(j.Value).Elem()
+		q.shape.setLease(v, j.Lease)
+		out = append(out, v.Interface().(T))
+	}
+	return out, rows.Err()
+}
+
+// Unpark makes parked rows of q available again, with their attempts reset
+// where the table counts them. It returns how many rows it changed; ids
+// that are not parked are left alone.
+func Unpark[T any](ctx context.Context, b *Broker, q Queue[T], ids ...int64) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	t, stmts, err := adminSQL(ctx, b, q)
+	if err != nil {
+		return 0, err
+	}
+	res, err := b.db.ExecContext(ctx, stmts.Unpark, t.Times.Encode(dialect.Never), b.d.ListArg(ids))
+	if err != nil {
+		return 0, fmt.Errorf("inbox: unpark rows of %q: %w", q.table, err)
+	}
+	n, _ := res.RowsAffected()
+	if n > 0 {
+		b.hub.Wake(q.table, q.group)
+	}
+	return n, nil
+}
+
+func adminSQL[T any](ctx context.Context, b *Broker, q Queue[T]) (claim.Table, dialect.InboxSQL, error) {
+	if q.shape == nil {
+		return claim.Table{}, dialect.InboxSQL{}, fmt.Errorf("inbox: zero Queue: make it with NewQueue")
+	}
+	t, err := checkTable(ctx, b, q.table, q.shape, q.group != "")
+	if err != nil {
+		return claim.Table{}, dialect.InboxSQL{}, err
+	}
+	t.Times.InDatabase = false // parked rows hold a fixed time, never now()
+	return t, b.d.Inbox(t.Table, t.Times), nil
+}
+
+func groupArg[T any](q Queue[T]) any {
+	if q.group == "" {
+		return nil
+	}
+	return q.group
+}

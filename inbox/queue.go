@@ -1,0 +1,243 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// Queue is a table of rows of type T, or one group of it. T's fields name
+// the columns in `db:"..."` tags and their roles in `inbox:"..."` tags:
+//
+//	type RenderInvoice struct {
+//		ID          int64      `db:"id" inbox:"id,generated"`
+//		LockedUntil *time.Time `db:"locked_until" inbox:"locked_until"`
+//		Payload     []byte     `db:"payload" inbox:"payload"`
+//		Attempts    int        `db:"attempts" inbox:"attempts"`
+//	}
+//
+// Fields with a db tag and no role are read with every claim and written by
+// Publish.
+type Queue[T any] struct {
+	table string
+	group string
+	shape *shape
+}
+
+// NewQueue describes table (an identifier, or schema.identifier) holding
+// rows of type T. It checks T's tags and the name, not the database: a
+// subscription checks the table itself before its first claim.
+func NewQueue[T any](table string) (Queue[T], error) {
+	if err := dialect.CheckTableName(table); err != nil {
+		return Queue[T]{}, fmt.Errorf("inbox: table name: %w", err)
+	}
+	s, err := shapeOf(reflect.TypeFor[T]())
+	if err != nil {
+		return Queue[T]{}, err
+	}
+	return Queue[T]{table: table, shape: s}, nil
+}
+
+// MustQueue is NewQueue that panics on a bad name or bad tags: for queues
+// declared at package level.
+func MustQueue[T any](table string) Queue[T] {
+	q, err := NewQueue[T](table)
+	if err != nil {
+		panic(err)
+	}
+	return q
+}
+
+// Group returns the queue of one group of the table: its subscriptions claim
+// only rows of that group and its publishes write it. The struct must tag a
+// group column.
+func (q Queue[T]) Group(group string) Queue[T] {
+	q.group = group
+	return q
+}
+
+// Table is the queue's table name.
+func (q Queue[T]) Table() string { return q.table }
+
+// GroupName is the queue's group, "" for the whole table.
+func (q Queue[T]) GroupName() string { return q.group }
+
+func (q Queue[T]) key() string { return q.table + "\x00" + q.group }
+
+// PublishOption configures one publish.
+type PublishOption func(*publishConfig)
+
+type publishConfig struct{ delay time.Duration }
+
+// Delay makes the row available only once d has passed on the broker's clock.
+func Delay(d time.Duration) PublishOption {
+	return func(c *publishConfig) { c.delay = d }
+}
+
+// Publish writes row into q's table and wakes the queue's subscriptions in
+// this process at once (and, with ListenNotify, in every process). The id
+// field is left to the database when tagged generated; locked_until is NULL,
+// or now plus Delay; attempts, last_error and created_at take their defaults.
+// It returns the new row's id.
+func Publish[T any](ctx context.Context, b *Broker, q Queue[T], row T, opts ...PublishOption) (int64, error) {
+	id, err := publish(ctx, b, q, row, opts, func(query string, args ...any) *sql.Row {
+		return b.db.QueryRowContext(ctx, query, args...)
+	})
+	if err != nil {
+		return 0, err
+	}
+	b.hub.Wake(q.table, q.group)
+	return id, nil
+}
+
+// PublishTx is Publish inside the caller's transaction: a *sql.Tx, *sqlx.Tx
+// or pgx.Tx. The row is seen at commit. With ListenNotify the notification
+// is delivered at commit and wakes every process; without it, this process's
+// subscriptions are woken now, which on SQLite is enough (the claim waits for
+// the writer's commit), and on Postgres a claim that runs before the commit
+// misses the row until the next poll: call Broker.Wake after committing.
+func PublishTx[T any](ctx context.Context, b *Broker, tx any, q Queue[T], row T, opts ...PublishOption) (int64, error) {
+	var queryRow func(query string, args ...any) scanner
+	switch t := tx.(type) {
+	case *sql.Tx:
+		queryRow = func(query string, args ...any) scanner { return t.QueryRowContext(ctx, query, args...) }
+	case *sqlx.Tx:
+		queryRow = func(query string, args ...any) scanner { return t.QueryRowContext(ctx, query, args...) }
+	case pgx.Tx:
+		queryRow = func(query string, args ...any) scanner { return t.QueryRow(ctx, query, args...) }
+	default:
+		return 0, fmt.Errorf("inbox: PublishTx takes a *sql.Tx, *sqlx.Tx or pgx.Tx, got %T", tx)
+	}
+	id, err := publish(ctx, b, q, row, opts, func(query string, args ...any) scanner { return queryRow(query, args...) })
+	if err != nil {
+		return 0, err
+	}
+	b.hub.Wake(q.table, q.group)
+	return id, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func publish[T any, S scanner](ctx context.Context, b *Broker, q Queue[T], row T, opts []PublishOption, queryRow func(string, ...any) S) (int64, error) {
+	if q.shape == nil {
+		return 0, fmt.Errorf("inbox: publish to a zero Queue: make it with NewQueue")
+	}
+	var cfg publishConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	query, fields := b.insertSQL(q.table, q.shape)
+	v := reflect.ValueOf(row)
+	args := make([]any, 0, len(fields)+3)
+	for _, f := range fields {
+		if f.role == RoleGroup && q.group != "" {
+			args = append(args, q.group)
+			continue
+		}
+		args = append(args, v.FieldByIndex(f.index).Interface())
+	}
+	var lockedUntil any
+	if cfg.delay > 0 {
+		tm, err := b.times(ctx, q.table, q.shape)
+		if err != nil {
+			return 0, err
+		}
+		lockedUntil = tm.Encode(b.clock.Now().Add(cfg.delay))
+	}
+	args = append(args, lockedUntil)
+	if b.listener != nil {
+		args = append(args, q.table, q.group)
+	}
+	var id int64
+	if err := queryRow(query, args...).Scan(&id); err != nil {
+		return 0, fmt.Errorf("inbox: publish to %q: %w", q.table, err)
+	}
+	return id, nil
+}
+
+// times is how table keeps locked_until, read from the catalog once.
+func (b *Broker) times(ctx context.Context, table string, s *shape) (dialect.Times, error) {
+	b.mu.Lock()
+	tm, ok := b.encodings[table]
+	b.mu.Unlock()
+	if ok {
+		return tm, nil
+	}
+	tm = dialect.Times{Kind: b.d.Kind, Encoding: dialect.EncodingFor(b.d.Kind, ""), InDatabase: clock.InDatabase(b.clock)}
+	if b.d.Kind == dialect.SQLite {
+		cols, err := b.d.Columns(ctx, b.db, table)
+		if err != nil {
+			return tm, fmt.Errorf("inbox: %w", err)
+		}
+		for _, c := range cols {
+			if c.Name == s.column(RoleLockedUntil) {
+				tm.Encoding = dialect.EncodingFor(b.d.Kind, c.Type)
+			}
+		}
+	}
+	b.mu.Lock()
+	b.encodings[table] = tm
+	b.mu.Unlock()
+	return tm, nil
+}
+
+// insertSQL builds (once per table) the publish statement and the fields it
+// writes, in order: then locked_until, then (with ListenNotify) channel and
+// payload of the notification.
+func (b *Broker) insertSQL(table string, s *shape) (string, []field) {
+	key := table + "\x00" + s.typ.String()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ins, ok := b.inserts[key]
+	if !ok {
+		ins = insert{query: insertStatement(b.d, table, s, b.listener != nil), fields: insertColumns(s)}
+		b.inserts[key] = ins
+	}
+	return ins.query, ins.fields
+}
+
+type insert struct {
+	query  string
+	fields []field
+}
+
+func insertColumns(s *shape) []field {
+	var out []field
+	for _, f := range s.fields {
+		switch {
+		case f.role == RoleID && f.generated, f.role == RoleLockedUntil, f.role == RoleAttempts, f.role == RoleLastError, f.role == RoleCreatedAt:
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+func insertStatement(d *dialect.Dialect, table string, s *shape, notify bool) string {
+	fields := insertColumns(s)
+	cols := make([]string, 0, len(fields)+1)
+	params := make([]string, 0, len(fields)+1)
+	for i, f := range fields {
+		cols = append(cols, dialect.Quote(f.column))
+		params = append(params, fmt.Sprintf("$%d", i+1))
+	}
+	cols = append(cols, dialect.Quote(s.column(RoleLockedUntil)))
+	params = append(params, fmt.Sprintf("$%d", len(fields)+1))
+	insert := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) RETURNING %s",
+		dialect.Quote(table), strings.Join(cols, ", "), strings.Join(params, ", "), dialect.Quote(s.column(RoleID)))
+	if notify {
+		n := len(fields) + 2
+		insert = fmt.Sprintf("WITH ins AS (%s) SELECT ins.%s FROM ins, (SELECT pg_notify($%d, $%d)) AS n",
+			insert, dialect.Quote(s.column(RoleID)), n, n+1)
+	}
+	return d.Rebind(insert)
+}

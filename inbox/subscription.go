@@ -1,0 +1,629 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/claim"
+	"github.com/sqlinbox/sqlinbox/claim/lease"
+	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// Defaults of a subscription's options.
+const (
+	DefaultWorkers         = 1
+	DefaultLease           = 30 * time.Second
+	DefaultMaxAttempts     = 25
+	DefaultShutdownTimeout = 30 * time.Second
+	// MaxBackoff caps the default backoff between attempts.
+	MaxBackoff = 10 * time.Minute
+)
+
+// Handler handles one row. Returning nil acknowledges (deletes) the row;
+// an error, or a panic, makes it a retry after a backoff, and a row that
+// fails MaxAttempts times is parked. Return RetryAfter to pick the delay.
+type Handler[T any] func(ctx context.Context, row T) error
+
+// RetryAfter asks for the row to be tried again after delay, recording err
+// (which may be nil) as its last error.
+func RetryAfter(delay time.Duration, err error) error {
+	return &retryError{delay: delay, err: err}
+}
+
+type retryError struct {
+	delay time.Duration
+	err   error
+}
+
+func (e *retryError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("retry after %v", e.delay)
+	}
+	return fmt.Sprintf("retry after %v: %v", e.delay, e.err)
+}
+func (e *retryError) Unwrap() error { return e.err }
+
+// ErrLeaseLost is the cause of a handler's context when its row's lease was
+// taken over (it ran past its lease and could not extend it): its ack will
+// change nothing, and the row is someone else's now.
+var ErrLeaseLost = errors.New("inbox: lease lost")
+
+// SubOption configures a subscription.
+type SubOption func(*subConfig) error
+
+type subConfig struct {
+	workers     int
+	lease       time.Duration
+	maxAttempts int
+	backoff     func(attempt int) time.Duration
+	form        claim.Form
+	shutdown    time.Duration
+	name        string
+	observe     func(Event)
+}
+
+// Outcome is how a handling ended.
+type Outcome string
+
+// The outcomes an Event reports.
+const (
+	Acked    Outcome = "acked"    // handled; the row is deleted
+	Retried  Outcome = "retried"  // failed; the row comes back after a backoff
+	Parked   Outcome = "parked"   // failed its last attempt; the row is set aside
+	Lost     Outcome = "lost"     // the lease was taken over; the outcome changed nothing
+	Released Outcome = "released" // claimed at shutdown and given back unstarted
+	Failed   Outcome = "failed"   // the settlement itself failed; the row comes back after its lease
+)
+
+// Event is one handling of one row, reported to Observe.
+type Event struct {
+	Subscription string
+	ID           int64
+	Attempt      int // 1 for the first handling
+	Start, End   time.Time
+	Outcome      Outcome
+	Err          error // the handler's error, nil when it succeeded
+}
+
+// Observe calls f after each row is settled, from the worker that handled
+// it: for metrics, and for tests that wait on handlings instead of on time.
+// f must be quick and safe for concurrent use.
+func Observe(f func(Event)) SubOption {
+	return func(c *subConfig) error { c.observe = f; return nil }
+}
+
+// Workers sets how many handlers run at once in this subscription on this
+// instance. Default 1; at least 1.
+func Workers(n int) SubOption {
+	return func(c *subConfig) error {
+		if n < 1 {
+			return fmt.Errorf("inbox: Workers must be at least 1, got %d", n)
+		}
+		c.workers = n
+		return nil
+	}
+}
+
+// Lease sets how long a claim holds a row in the lease form before another
+// claimer may take it. A handler still running at two thirds of it gets it
+// extended. Default DefaultLease (30 s); at least one second.
+func Lease(d time.Duration) SubOption {
+	return func(c *subConfig) error {
+		if d < time.Second {
+			return fmt.Errorf("inbox: Lease must be at least 1s, got %v", d)
+		}
+		c.lease = d
+		return nil
+	}
+}
+
+// MaxAttempts sets how many failed attempts park a row. It needs an
+// attempts column; without one rows are retried with capped backoff for
+// ever. Default DefaultMaxAttempts (25); at least 1.
+func MaxAttempts(n int) SubOption {
+	return func(c *subConfig) error {
+		if n < 1 {
+			return fmt.Errorf("inbox: MaxAttempts must be at least 1, got %d", n)
+		}
+		c.maxAttempts = n
+		return nil
+	}
+}
+
+// Backoff sets the delay before attempt n+1 after n failures (n >= 1).
+// Default: one second doubled per failure, capped at MaxBackoff.
+func Backoff(f func(failures int) time.Duration) SubOption {
+	return func(c *subConfig) error {
+		if f == nil {
+			return fmt.Errorf("inbox: Backoff(nil)")
+		}
+		c.backoff = f
+		return nil
+	}
+}
+
+// Form picks the claim form: lease.Form (default; SQLite and Postgres),
+// rowlock.Form or advisory.Form (Postgres).
+func Form(f claim.Form) SubOption {
+	return func(c *subConfig) error {
+		if f == nil {
+			return fmt.Errorf("inbox: Form(nil)")
+		}
+		c.form = f
+		return nil
+	}
+}
+
+// ShutdownTimeout sets how long running handlers may finish after the
+// subscription is told to stop; then their contexts are cancelled. Default
+// DefaultShutdownTimeout (30 s).
+func ShutdownTimeout(d time.Duration) SubOption {
+	return func(c *subConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("inbox: ShutdownTimeout must be positive, got %v", d)
+		}
+		c.shutdown = d
+		return nil
+	}
+}
+
+// Name names the subscription in logs. Default: the table, and group.
+func Name(name string) SubOption {
+	return func(c *subConfig) error { c.name = name; return nil }
+}
+
+// DefaultBackoff is one second doubled per failure, capped at MaxBackoff.
+func DefaultBackoff(failures int) time.Duration {
+	if failures < 1 {
+		failures = 1
+	}
+	if failures > 20 {
+		return MaxBackoff
+	}
+	return min(time.Second<<(failures-1), MaxBackoff)
+}
+
+// Subscription claims rows of one queue and runs a handler on each.
+type Subscription struct {
+	b       *Broker
+	cfg     subConfig
+	table   string
+	group   string
+	grouped bool
+	shape   *shape
+	handle  func(ctx context.Context, value any) error
+
+	claimer claim.Claimer
+	running atomic.Bool
+	stats   counters
+
+	idleMu   sync.Mutex
+	isIdle   bool
+	idleNow  chan struct{} // closed when the loop next becomes idle
+	idlePoll time.Time // when the armed poll fires; zero when none is armed
+	idleWake <-chan struct{}
+}
+
+// setIdle records whether the loop waits on nothing but a wake, the poll or
+// a stop: no claim in flight, no handler running.
+func (s *Subscription) setIdle(idle bool, poll time.Time, wake <-chan struct{}) {
+	s.idleMu.Lock()
+	defer s.idleMu.Unlock()
+	s.idlePoll, s.idleWake = poll, wake
+	if idle && !s.isIdle {
+		close(s.idleNow)
+		s.idleNow = make(chan struct{})
+	}
+	s.isIdle = idle
+}
+
+// WaitIdle blocks until the subscription is idle: running, with no claim in
+// flight and no handler running, waiting for a wake or its poll. Tests on a
+// fake clock call it before they advance the clock, so the poll they mean
+// to fire is armed.
+func (s *Subscription) WaitIdle(ctx context.Context) error {
+	for {
+		s.idleMu.Lock()
+		// A poll that fired or a wake that arrived, not yet taken by the
+		// loop, will make it claim: not idle yet.
+		if s.isIdle && (s.idlePoll.IsZero() || s.b.clock.Now().Before(s.idlePoll)) && len(s.idleWake) == 0 {
+			s.idleMu.Unlock()
+			return nil
+		}
+		ch := s.idleNow
+		s.idleMu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+type counters struct {
+	claims, claimed, acked, retried, parked, lost, released atomic.Int64
+}
+
+// Stats counts what a subscription has done since it started.
+type Stats struct {
+	Claims   int64 // claim statements sent
+	Claimed  int64 // rows claimed
+	Acked    int64
+	Retried  int64
+	Parked   int64
+	Lost     int64 // rows whose lease was taken over while in work
+	Released int64 // rows given back unstarted at shutdown
+}
+
+// Stats returns the subscription's counters.
+func (s *Subscription) Stats() Stats {
+	c := &s.stats
+	return Stats{c.claims.Load(), c.claimed.Load(), c.acked.Load(), c.retried.Load(), c.parked.Load(), c.lost.Load(), c.released.Load()}
+}
+
+// Subscribe makes a subscription of handler h to queue q. It checks what it
+// can without the database (the options, and that the form serves the
+// broker's database); Run checks the table before its first claim.
+func Subscribe[T any](b *Broker, q Queue[T], h Handler[T], opts ...SubOption) (*Subscription, error) {
+	if q.shape == nil {
+		return nil, fmt.Errorf("inbox: Subscribe to a zero Queue: make it with NewQueue")
+	}
+	if h == nil {
+		return nil, fmt.Errorf("inbox: Subscribe to %q with a nil handler", q.table)
+	}
+	cfg := subConfig{workers: DefaultWorkers, lease: DefaultLease, maxAttempts: DefaultMaxAttempts,
+		backoff: DefaultBackoff, form: lease.Form, shutdown: DefaultShutdownTimeout}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.name == "" {
+		cfg.name = q.table
+		if q.group != "" {
+			cfg.name += "/" + q.group
+		}
+	}
+	if err := cfg.form.Supports(b.d); err != nil {
+		return nil, fmt.Errorf("inbox: subscription %q: the %s form cannot run on %s: %w", cfg.name, cfg.form.Name(), b.d, err)
+	}
+	if q.group != "" && q.shape.column(RoleGroup) == "" {
+		return nil, fmt.Errorf("inbox: subscription %q: queue has group %q but %v tags no group column (`inbox:\"group\"`)", cfg.name, q.group, q.shape.typ)
+	}
+	if b.maxConn == 1 {
+		return nil, fmt.Errorf("inbox: subscription %q: the pool holds one connection; claims need one and settlements another: give it at least 2 (%s form on %s)", cfg.name, cfg.form.Name(), b.d)
+	}
+	s := &Subscription{b: b, cfg: cfg, table: q.table, group: q.group, grouped: q.group != "", shape: q.shape, idleNow: make(chan struct{})}
+	s.handle = func(ctx context.Context, value any) error {
+		return h(ctx, *value.(*T))
+	}
+	return s, nil
+}
+
+// check reads the table and makes the claimer. Run calls it first.
+func (s *Subscription) check(ctx context.Context) error {
+	t, err := checkTable(ctx, s.b, s.table, s.shape, s.grouped)
+	if err != nil {
+		return err
+	}
+	env := claim.Env{DB: s.b.db, Dialect: s.b.d, Table: t, SQL: s.b.d.Inbox(t.Table, t.Times), Clock: s.b.clock,
+		Lease: s.cfg.lease, Conns: s.b.claimConns()}
+	if s.grouped {
+		env.Group = s.group
+	}
+	c, err := s.cfg.form.New(env)
+	if err != nil {
+		return fmt.Errorf("inbox: subscription %q: %w", s.cfg.name, err)
+	}
+	s.claimer = c
+	return nil
+}
+
+type claimResult struct {
+	asked int
+	jobs  []*claim.Job
+	err   error
+	gen   uint64 // the wake generation when the claim started
+}
+
+// Run checks the table, then claims and handles rows until ctx is done. On
+// stop it claims no more, gives back rows claimed but not started, lets
+// running handlers finish within ShutdownTimeout and returns nil; it
+// returns an error only when the table check fails.
+func (s *Subscription) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("inbox: subscription %q is already running", s.cfg.name)
+	}
+	defer s.running.Store(false)
+	if s.claimer == nil {
+		if err := s.check(ctx); err != nil {
+			return err
+		}
+	}
+	b, log := s.b, s.b.log.With("subscription", s.cfg.name)
+	waiter := b.hub.Subscribe(s.table, s.group)
+	defer waiter.Close()
+	if b.listener != nil {
+		b.listener.Listen(s.table)
+	}
+
+	// Handlers run on a context that outlives ctx by ShutdownTimeout.
+	handlerCtx, cancelHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelHandlers(nil)
+	var handlers sync.WaitGroup
+
+	maxClaims := 1
+	if b.d.Kind == dialect.Postgres {
+		maxClaims = b.claimConns()
+	}
+	conns := b.claimConns()
+	var (
+		free      = s.cfg.workers
+		inflight  = 0
+		idle      = false
+		wakeGen   uint64
+		failures  = 0
+		lastErr   string
+		results   = make(chan claimResult, s.cfg.workers+1)
+		done      = make(chan struct{}, s.cfg.workers)
+		poll      = b.clock.NewTimer(b.poll)
+		stopping  = false
+		claimCtx  = context.WithoutCancel(ctx)
+		batch     = s.claimer.Batch()
+		ctxDone   = ctx.Done()
+		pollArmed = true
+		pollDue   = b.clock.Now().Add(b.poll)
+	)
+	defer func() { poll.Stop() }()
+	rearm := func(d time.Duration) {
+		poll.Stop()
+		pollDue = b.clock.Now().Add(d)
+		poll = b.clock.NewTimer(d)
+		pollArmed = true
+	}
+
+	for {
+		for !stopping && !idle && free > 0 && inflight < maxClaims && inflight+s.claimer.Held() < conns {
+			k := free
+			if batch > 0 {
+				k = min(k, batch)
+			}
+			free -= k
+			inflight++
+			gen := wakeGen
+			s.stats.claims.Add(1)
+			go func() {
+				jobs, err := s.claimer.Claim(claimCtx, k)
+				results <- claimResult{asked: k, jobs: jobs, err: err, gen: gen}
+			}()
+		}
+		if stopping && inflight == 0 {
+			s.setIdle(false, time.Time{}, nil)
+			break
+		}
+		var pollC <-chan time.Time
+		if pollArmed {
+			pollC = poll.C()
+		}
+		var pollAt time.Time
+		if pollArmed {
+			pollAt = pollDue
+		}
+		s.setIdle(idle && !stopping && inflight == 0 && free == s.cfg.workers, pollAt, waiter.C())
+		select {
+		case r := <-results:
+			inflight--
+			free += r.asked - len(r.jobs)
+			s.stats.claimed.Add(int64(len(r.jobs)))
+			for _, j := range r.jobs {
+				if stopping {
+					s.release(log, j)
+					free++
+					continue
+				}
+				handlers.Add(1)
+				go func() {
+					defer handlers.Done()
+					s.work(handlerCtx, log, j)
+					done <- struct{}{}
+				}()
+			}
+			switch {
+			case r.err != nil:
+				failures++
+				if msg := r.err.Error(); msg != lastErr || failures == 1 {
+					log.Error("inbox: claim failed; retrying with backoff", "table", s.table, "err", r.err, "failures", failures)
+					lastErr = msg
+				}
+				idle = true
+				rearm(min(b.poll<<min(failures, 5), 30*time.Second))
+			case len(r.jobs) < r.asked && r.gen == wakeGen:
+				if failures > 0 {
+					log.Info("inbox: claims work again", "table", s.table)
+					failures, lastErr = 0, ""
+				}
+				idle = true
+				rearm(b.poll)
+			default:
+				if failures > 0 {
+					log.Info("inbox: claims work again", "table", s.table)
+					failures, lastErr = 0, ""
+				}
+			}
+		case <-done:
+			free++
+		case <-waiter.C():
+			wakeGen++
+			if failures == 0 {
+				idle = false
+			}
+		case <-pollC:
+			// Like a wake: a claim in flight now may have started too early
+			// to see what the poll is for.
+			pollArmed = false
+			wakeGen++
+			idle = false
+		case <-ctxDone:
+			stopping = true
+			ctxDone = nil
+		}
+	}
+
+	// Stopped claiming: let running handlers finish within the timeout.
+	finished := make(chan struct{})
+	go func() { handlers.Wait(); close(finished) }()
+	deadline := b.clock.NewTimer(s.cfg.shutdown)
+	defer deadline.Stop()
+	select {
+	case <-finished:
+		return nil
+	case <-deadline.C():
+	}
+	cancelHandlers(fmt.Errorf("inbox: subscription %q: shutdown timeout %v passed", s.cfg.name, s.cfg.shutdown))
+	log.Warn("inbox: handlers still running at the shutdown timeout; their contexts are cancelled", "timeout", s.cfg.shutdown)
+	<-finished
+	return nil
+}
+
+// settleTimeout bounds a settlement statement, which must not be cut short
+// by the subscription's own shutdown.
+const settleTimeout = 30 * time.Second
+
+func (s *Subscription) release(log *slog.Logger, j *claim.Job) {
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	if err := j.Release(ctx); err != nil {
+		log.Warn("inbox: could not give back an unstarted row; it waits out its lease", "table", s.table, "id", j.ID, "err", err)
+		return
+	}
+	s.stats.released.Add(1)
+	if s.cfg.observe != nil {
+		now := s.b.clock.Now()
+		s.cfg.observe(Event{Subscription: s.cfg.name, ID: j.ID, Attempt: j.Attempts + 1, Start: now, End: now, Outcome: Released})
+	}
+}
+
+// work runs the handler on one job, extends its lease while it runs, and
+// settles it.
+func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job) {
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ev := Event{Subscription: s.cfg.name, ID: j.ID, Attempt: j.Attempts + 1, Start: s.b.clock.Now(), Outcome: Failed}
+	if s.cfg.observe != nil {
+		defer func() {
+			ev.End = s.b.clock.Now()
+			s.cfg.observe(ev)
+		}()
+	}
+	s.shape.setLease(reflect.ValueOf(j.Value).Elem(), j.Lease)
+	result := make(chan error, 1)
+	go func() { result <- s.call(hctx, j) }()
+
+	var ext clock.Timer
+	var extC <-chan time.Time
+	every := s.cfg.lease * 2 / 3
+	if !j.Lease.IsZero() && s.cfg.form.Name() == lease.Form.Name() {
+		ext = s.b.clock.NewTimer(every)
+		extC = ext.C()
+	}
+	lost := false
+	var err error
+wait:
+	for {
+		select {
+		case err = <-result:
+			break wait
+		case <-extC:
+			ectx, ecancel := context.WithTimeout(context.Background(), settleTimeout)
+			xerr := j.Extend(ectx, s.cfg.lease)
+			ecancel()
+			switch {
+			case errors.Is(xerr, claim.ErrLost):
+				lost = true
+				extC = nil
+				s.stats.lost.Add(1)
+				log.Warn("inbox: lease lost while the handler ran; its outcome will change nothing", "table", s.table, "id", j.ID)
+				cancel(ErrLeaseLost)
+			case xerr != nil:
+				log.Warn("inbox: lease extension failed; trying again", "table", s.table, "id", j.ID, "err", xerr)
+				ext = s.b.clock.NewTimer(every / 4)
+				extC = ext.C()
+			default:
+				ext = s.b.clock.NewTimer(every)
+				extC = ext.C()
+			}
+		}
+	}
+	if ext != nil {
+		ext.Stop()
+	}
+	ev.Err = err
+	if lost {
+		ev.Outcome = Lost
+		return
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer scancel()
+	if err == nil {
+		if serr := j.Ack(sctx); serr != nil {
+			ev.Outcome = s.settleFailed(log, j, "ack", serr)
+			return
+		}
+		s.stats.acked.Add(1)
+		ev.Outcome = Acked
+		return
+	}
+	failures := j.Attempts + 1
+	delay := s.cfg.backoff(failures)
+	var re *retryError
+	if errors.As(err, &re) {
+		delay = re.delay
+	}
+	if s.shape.column(RoleAttempts) != "" && failures >= s.cfg.maxAttempts {
+		if serr := j.Park(sctx, err.Error()); serr != nil {
+			ev.Outcome = s.settleFailed(log, j, "park", serr)
+			return
+		}
+		s.stats.parked.Add(1)
+		ev.Outcome = Parked
+		log.Warn("inbox: row parked after its last attempt", "table", s.table, "id", j.ID, "attempts", failures, "err", err)
+		return
+	}
+	if serr := j.Retry(sctx, delay, err.Error()); serr != nil {
+		ev.Outcome = s.settleFailed(log, j, "retry", serr)
+		return
+	}
+	s.stats.retried.Add(1)
+	ev.Outcome = Retried
+	log.Debug("inbox: handler failed; row retried", "table", s.table, "id", j.ID, "attempt", failures, "delay", delay, "err", err)
+}
+
+func (s *Subscription) settleFailed(log *slog.Logger, j *claim.Job, what string, err error) Outcome {
+	if errors.Is(err, claim.ErrLost) {
+		s.stats.lost.Add(1)
+		log.Warn("inbox: lease lost before "+what+"; the row is someone else's now and this outcome changes nothing", "table", s.table, "id", j.ID)
+		return Lost
+	}
+	log.Error("inbox: "+what+" failed; the row comes back after its lease", "table", s.table, "id", j.ID, "err", err)
+	return Failed
+}
+
+// call runs the handler, turning a panic into an error that carries the
+// panic's text.
+func (s *Subscription) call(ctx context.Context, j *claim.Job) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+			s.b.log.Error("inbox: handler panicked; the row is retried", "subscription", s.cfg.name, "id", j.ID, "panic", p, "stack", string(debug.Stack()))
+		}
+	}()
+	return s.handle(ctx, j.Value)
+}

@@ -1,0 +1,150 @@
+package inbox
+
+import (
+	"database/sql"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx/reflectx"
+
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// Role is what a column does in an inbox table.
+type Role string
+
+// The roles a struct's `inbox:"..."` tag names. ID, LockedUntil and Payload
+// are required; the others are optional.
+const (
+	RoleID          Role = "id"
+	RoleLockedUntil Role = "locked_until"
+	RolePayload     Role = "payload"
+	RoleGroup       Role = "group"
+	RoleAttempts    Role = "attempts"
+	RoleLastError   Role = "last_error"
+	RoleCreatedAt   Role = "created_at"
+)
+
+var knownRoles = map[Role]bool{RoleID: true, RoleLockedUntil: true, RolePayload: true, RoleGroup: true, RoleAttempts: true, RoleLastError: true, RoleCreatedAt: true}
+
+// field is one tagged field of the user's struct.
+type field struct {
+	column    string
+	role      Role // empty for a column with no role
+	generated bool // the database writes it (inbox:"id,generated")
+	index     []int
+	typ       reflect.Type
+}
+
+// shape is what a struct's tags say of its table: one place for the roles.
+type shape struct {
+	typ    reflect.Type
+	fields []field
+	byRole map[Role]*field
+}
+
+var mapper = reflectx.NewMapperFunc("db", func(s string) string { return s })
+
+// shapeOf reads the `db` and `inbox` tags of struct type t.
+func shapeOf(t reflect.Type) (*shape, error) {
+	if t.Kind() != reflect.Struct {
+		return nil, fmt.Errorf("inbox: a queue's row type must be a struct, got %v", t)
+	}
+	s := &shape{typ: t, byRole: map[Role]*field{}}
+	tm := mapper.TypeMap(t)
+	for _, fi := range tm.Index {
+		col := fi.Field.Tag.Get("db")
+		if col == "" || col == "-" || fi.Field.Anonymous {
+			continue
+		}
+		if !fi.Field.IsExported() {
+			return nil, fmt.Errorf("inbox: %v.%s has a db tag but is not exported", t, fi.Field.Name)
+		}
+		if err := dialect.CheckIdent(col); err != nil {
+			return nil, fmt.Errorf("inbox: %v.%s: column name: %w", t, fi.Field.Name, err)
+		}
+		f := field{column: col, index: fi.Index, typ: fi.Field.Type}
+		if tag, ok := fi.Field.Tag.Lookup("inbox"); ok {
+			parts := strings.Split(tag, ",")
+			f.role = Role(strings.TrimSpace(parts[0]))
+			if !knownRoles[f.role] {
+				return nil, fmt.Errorf("inbox: %v.%s: unknown role %q in inbox tag; roles are id, locked_until, payload, group, attempts, last_error, created_at", t, fi.Field.Name, parts[0])
+			}
+			for _, opt := range parts[1:] {
+				switch strings.TrimSpace(opt) {
+				case "generated":
+					f.generated = true
+				default:
+					return nil, fmt.Errorf("inbox: %v.%s: unknown option %q in inbox tag (only \"generated\")", t, fi.Field.Name, opt)
+				}
+			}
+			if s.byRole[f.role] != nil {
+				return nil, fmt.Errorf("inbox: %v: role %q is tagged on two fields", t, f.role)
+			}
+		}
+		for _, other := range s.fields {
+			if other.column == col {
+				return nil, fmt.Errorf("inbox: %v: column %q is tagged on two fields", t, col)
+			}
+		}
+		s.fields = append(s.fields, f)
+		if f.role != "" {
+			s.byRole[f.role] = &s.fields[len(s.fields)-1]
+		}
+	}
+	// Pointers into s.fields were taken while it grew: take them again.
+	for i := range s.fields {
+		if r := s.fields[i].role; r != "" {
+			s.byRole[r] = &s.fields[i]
+		}
+	}
+	for _, r := range []Role{RoleID, RoleLockedUntil, RolePayload} {
+		if s.byRole[r] == nil {
+			return nil, fmt.Errorf("inbox: %v has no field tagged inbox:%q; a queue's struct needs id, locked_until and payload, e.g. `db:\"%s\" inbox:\"%s\"`", t, r, r, r)
+		}
+	}
+	if k := s.byRole[RoleID].typ.Kind(); k < reflect.Int || k > reflect.Uint64 {
+		return nil, fmt.Errorf("inbox: %v: the id field must be an integer, got %v", t, s.byRole[RoleID].typ)
+	}
+	if s.byRole[RoleLockedUntil].typ != reflect.TypeFor[time.Time]() && s.byRole[RoleLockedUntil].typ != reflect.TypeFor[*time.Time]() && s.byRole[RoleLockedUntil].typ != reflect.TypeFor[sql.NullTime]() {
+		return nil, fmt.Errorf("inbox: %v: the locked_until field must be time.Time, *time.Time or sql.NullTime, got %v", t, s.byRole[RoleLockedUntil].typ)
+	}
+	return s, nil
+}
+
+// column returns the column of role r, or "" when the struct has none.
+func (s *shape) column(r Role) string {
+	if f := s.byRole[r]; f != nil {
+		return f.column
+	}
+	return ""
+}
+
+// scanned are the fields a claim scans straight from the row: every tagged
+// field except locked_until, which is set from the claim's decoded lease.
+func (s *shape) scanned() []field {
+	out := make([]field, 0, len(s.fields))
+	for _, f := range s.fields {
+		if f.role != RoleLockedUntil {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// setLease writes a claim's lease into the struct's locked_until field.
+func (s *shape) setLease(v reflect.Value, at time.Time) {
+	f := v.FieldByIndex(s.byRole[RoleLockedUntil].index)
+	switch p := f.Addr().Interface().(type) {
+	case *time.Time:
+		*p = at
+	case **time.Time:
+		if !at.IsZero() {
+			*p = &at
+		}
+	case *sql.NullTime:
+		*p = sql.NullTime{Time: at, Valid: !at.IsZero()}
+	}
+}

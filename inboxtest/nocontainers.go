@@ -1,0 +1,8 @@
+//go:build !containers
+
+package inboxtest
+
+import "testing"
+
+// containerURL is empty without the containers build tag: no Docker needed.
+func containerURL(testing.TB) string { return "" }

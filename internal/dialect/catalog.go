@@ -1,0 +1,132 @@
+package dialect
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Column is a table's column as the catalog describes it.
+type Column struct {
+	Name string
+	Type string // the declared type, lower case
+	PK   bool   // part of the primary key
+}
+
+// Index is an index's columns in order.
+type Index struct {
+	Name    string
+	Columns []string
+}
+
+// Columns reads the columns of table from the catalog; none means no table.
+func (d *Dialect) Columns(ctx context.Context, db *sql.DB, table string) ([]Column, error) {
+	var rows *sql.Rows
+	var err error
+	if d.Kind == Postgres {
+		rows, err = db.QueryContext(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod),
+	COALESCE(a.attnum = ANY(i.indkey), false)
+FROM pg_attribute a
+LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
+WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum`, Quote(table))
+	} else {
+		schema, name := splitSchema(table)
+		rows, err = db.QueryContext(ctx, `SELECT name, type, pk > 0 FROM pragma_table_info(?1, ?2) ORDER BY cid`, name, schema)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the columns of %q: %w", table, err)
+	}
+	defer rows.Close()
+	var cols []Column
+	for rows.Next() {
+		var c Column
+		if err := rows.Scan(&c.Name, &c.Type, &c.PK); err != nil {
+			return nil, err
+		}
+		c.Type = strings.ToLower(c.Type)
+		cols = append(cols, c)
+	}
+	return cols, rows.Err()
+}
+
+// Indexes reads the indexes of table with their columns in order. On SQLite
+// an INTEGER PRIMARY KEY is the rowid itself and is reported as an index.
+func (d *Dialect) Indexes(ctx context.Context, db *sql.DB, table string) ([]Index, error) {
+	var out []Index
+	if d.Kind == Postgres {
+		rows, err := db.QueryContext(ctx, `SELECT c.relname, string_agg(a.attname, ',' ORDER BY k.ord)
+FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid
+CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indrelid = to_regclass($1) AND i.indpred IS NULL
+GROUP BY c.relname`, Quote(table))
+		if err != nil {
+			return nil, fmt.Errorf("read the indexes of %q: %w", table, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var ix Index
+			var cols string
+			if err := rows.Scan(&ix.Name, &cols); err != nil {
+				return nil, err
+			}
+			ix.Columns = strings.Split(cols, ",")
+			out = append(out, ix)
+		}
+		return out, rows.Err()
+	}
+	schema, name := splitSchema(table)
+	cols, err := d.Columns(ctx, db, table)
+	if err != nil {
+		return nil, err
+	}
+	var pk []string
+	for _, c := range cols {
+		if c.PK {
+			pk = append(pk, c.Name)
+		}
+	}
+	if len(pk) == 1 {
+		out = append(out, Index{Name: "rowid", Columns: pk})
+	}
+	rows, err := db.QueryContext(ctx, `SELECT il.name, ii.seqno, ii.name FROM pragma_index_list(?1, ?2) AS il, pragma_index_info(il.name, ?2) AS ii WHERE il.partial = 0`, name, schema)
+	if err != nil {
+		return nil, fmt.Errorf("read the indexes of %q: %w", table, err)
+	}
+	defer rows.Close()
+	type entry struct {
+		seq int
+		col string
+	}
+	byName := map[string][]entry{}
+	for rows.Next() {
+		var ix string
+		var e entry
+		var col sql.NullString
+		if err := rows.Scan(&ix, &e.seq, &col); err != nil {
+			return nil, err
+		}
+		e.col = col.String
+		byName[ix] = append(byName[ix], e)
+	}
+	for ix, es := range byName {
+		sort.Slice(es, func(i, j int) bool { return es[i].seq < es[j].seq })
+		idx := Index{Name: ix}
+		for _, e := range es {
+			idx.Columns = append(idx.Columns, e.col)
+		}
+		out = append(out, idx)
+	}
+	return out, rows.Err()
+}
+
+func splitSchema(table string) (schema, name string) {
+	if s, n, ok := strings.Cut(table, "."); ok {
+		return s, n
+	}
+	return "main", table
+}

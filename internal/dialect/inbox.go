@@ -1,0 +1,168 @@
+package dialect
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Table names the columns of an inbox table by role, all quoted. Optional
+// roles are empty when the table lacks them.
+type Table struct {
+	Name        string
+	ID          string
+	LockedUntil string
+	Group       string
+	Attempts    string
+	LastError   string
+	// Columns are the columns every claim returns after id, locked_until and
+	// attempts (the user's struct fields), quoted.
+	Columns []string
+}
+
+// InboxSQL is every statement the claim forms run on one table.
+type InboxSQL struct {
+	// ClaimLease: $1 the new lease (Times.At), $2 now, $3 limit, $4 group.
+	// Returns id, locked_until, attempts, Columns...
+	ClaimLease string
+	// SelectAvailable: the rows a row-lock or advisory claim may take, in id
+	// order: $1 now, $2 limit, $3 group. Row lock appends the lock clause.
+	SelectAvailable string
+	// LockAvailable takes advisory locks on up to $2 available rows that no
+	// session holds yet, and returns exactly the ids it locked: $1 now,
+	// $2 limit, $3 group, $4 the table's lock class (a non-negative int4).
+	// The lock key is (class, id mod 2^32 as int4): ids that collide wait
+	// for each other, they never share a holder.
+	LockAvailable string
+	// Reread reads rows again by id once locked: $1 ids, $2 now.
+	Reread string
+	// Ack deletes a claimed row fenced on its lease: $1 id, $2 lease.
+	Ack string
+	// AckMany deletes claimed rows fenced on their leases: $1 ids, $2 leases.
+	AckMany string
+	// Retry sets a new time and bumps attempts, fenced: $1 id, $2 lease,
+	// $3 new time (Times.At), $4 last error.
+	Retry string
+	// Park is Retry with a fixed time ($3 encoded, never Times.At).
+	Park string
+	// Extend moves the lease, fenced: $1 id, $2 lease, $3 new lease.
+	// Returns locked_until.
+	Extend string
+	// Release gives an unstarted row back: $1 id, $2 lease.
+	Release string
+	// Delete removes a row held by a lock (row-lock and advisory forms): $1 id.
+	Delete string
+	// RetryLocked and ParkLocked are Retry and Park for rows held by a lock:
+	// $1 id, $3 new time, $4 last error ($2 unused, always NULL).
+	RetryLocked string
+	ParkLocked  string
+	// Unlock releases advisory locks: $1 lock class, $2 ids.
+	Unlock string
+	// Parked lists parked rows in id order: $1 never, $2 group.
+	Parked string
+	// Unpark makes parked rows available again with no attempts: $1 never,
+	// $2 ids (ListArg).
+	Unpark string
+}
+
+// Inbox writes the statements of table t whose locked_until is kept as tm.
+func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
+	lu := t.LockedUntil
+	returning := t.ID + ", " + lu + ", " + or(t.Attempts, "0")
+	if len(t.Columns) > 0 {
+		returning += ", " + strings.Join(t.Columns, ", ")
+	}
+	available := fmt.Sprintf("(%s IS NULL OR %s <= %s)", lu, lu, tm.At(2))
+	group := func(n int) string {
+		if t.Group == "" {
+			return fmt.Sprintf(" AND $%d::text IS NULL", n)
+		}
+		return fmt.Sprintf(" AND %s = $%d", t.Group, n)
+	}
+	if d.Kind == SQLite {
+		group = func(n int) string {
+			if t.Group == "" {
+				return fmt.Sprintf(" AND $%d IS NULL", n)
+			}
+			return fmt.Sprintf(" AND %s = $%d", t.Group, n)
+		}
+	}
+	bump, bumpErr := "", ""
+	if t.Attempts != "" {
+		bump = fmt.Sprintf(", %s = %s + 1", t.Attempts, t.Attempts)
+	}
+	unusedErr := ""
+	if t.LastError != "" {
+		bumpErr = fmt.Sprintf(", %s = $4", t.LastError)
+	} else {
+		unusedErr = unused(d, 4)
+	}
+	inner := fmt.Sprintf("SELECT %s FROM %s WHERE %s%s ORDER BY %s LIMIT $3%s",
+		t.ID, t.Name, available, group(4), t.ID, d.SkipLocked())
+	var claim string
+	if d.Kind == Postgres {
+		claim = fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s = ANY(ARRAY(%s)) RETURNING %s",
+			t.Name, lu, tm.At(1), t.ID, inner, returning)
+	} else {
+		claim = fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s IN (%s) RETURNING %s",
+			t.Name, lu, tm.At(1), t.ID, inner, returning)
+	}
+	availableAt1 := fmt.Sprintf("(%s IS NULL OR %s <= %s)", lu, lu, tm.At(1))
+	selectAvailable := fmt.Sprintf("SELECT %s FROM %s WHERE %s%s ORDER BY %s LIMIT $2",
+		returning, t.Name, availableAt1, group(3), t.ID)
+	fence := fmt.Sprintf("%s = $1 AND %s = $2", t.ID, lu)
+	retryFence := fence + unusedErr
+	s := InboxSQL{
+		ClaimLease:      d.Rebind(claim),
+		SelectAvailable: d.Rebind(selectAvailable),
+		Ack:             d.Rebind(fmt.Sprintf("DELETE FROM %s WHERE %s", t.Name, fence)),
+		Retry:           d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s%s%s WHERE %s", t.Name, lu, tm.At(3), bump, bumpErr, retryFence)),
+		Park:            d.Rebind(fmt.Sprintf("UPDATE %s SET %s = $3%s%s WHERE %s", t.Name, lu, bump, bumpErr, retryFence)),
+		Extend:          d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s RETURNING %s", t.Name, lu, tm.At(3), fence, lu)),
+		Release:         d.Rebind(fmt.Sprintf("UPDATE %s SET %s = NULL WHERE %s", t.Name, lu, fence)),
+		Delete:          d.Rebind(fmt.Sprintf("DELETE FROM %s WHERE %s = $1", t.Name, t.ID)),
+	}
+	byID := fmt.Sprintf("%s = $1", t.ID) + unused(d, 2) + unusedErr
+	s.RetryLocked = d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s%s%s WHERE %s", t.Name, lu, tm.At(3), bump, bumpErr, byID))
+	s.ParkLocked = d.Rebind(fmt.Sprintf("UPDATE %s SET %s = $3%s%s WHERE %s", t.Name, lu, bump, bumpErr, byID))
+	s.Parked = d.Rebind(fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1%s ORDER BY %s", returning, t.Name, lu, group(2), t.ID))
+	reset := ""
+	if t.Attempts != "" {
+		reset = fmt.Sprintf(", %s = 0", t.Attempts)
+	}
+	s.Unpark = d.Rebind(fmt.Sprintf("UPDATE %s SET %s = NULL%s WHERE %s = $1 AND %s", t.Name, lu, reset, lu, d.InList(t.ID, 2)))
+	if d.Kind == Postgres {
+		s.AckMany = fmt.Sprintf("DELETE FROM %s AS t USING unnest($1::bigint[], $2::timestamptz[]) AS a(id, lease) WHERE t.%s = a.id AND t.%s = a.lease", t.Name, t.ID, lu)
+		// The candidates are materialized before any lock is taken, and the
+		// lock function runs once for each candidate with no LIMIT after it,
+		// so every lock taken belongs to a row returned: none can leak.
+		s.LockAvailable = fmt.Sprintf(`WITH held AS MATERIALIZED (
+	SELECT objid::bigint AS k FROM pg_locks
+	WHERE locktype = 'advisory' AND classid = $4::int::oid AND objsubid = 2 AND granted
+), cand AS MATERIALIZED (
+	SELECT %s AS id FROM %s
+	WHERE %s%s AND ((%s %% 4294967296)::bigint) NOT IN (SELECT k FROM held)
+	ORDER BY %s LIMIT $2
+)
+SELECT id FROM cand WHERE pg_try_advisory_lock($4::int, (id %% 4294967296)::bigint::bit(32)::int)`,
+			t.ID, t.Name, availableAt1, group(3), t.ID, t.ID)
+		s.Reread = fmt.Sprintf("SELECT %s FROM %s WHERE %s = ANY($1) AND (%s IS NULL OR %s <= %s)", returning, t.Name, t.ID, lu, lu, tm.At(2))
+		s.Unlock = "SELECT pg_advisory_unlock($1::int, (id % 4294967296)::bigint::bit(32)::int) FROM unnest($2::bigint[]) AS u(id)"
+	}
+	return s
+}
+
+// unused binds parameter n in a condition that is always true, so every
+// variant of a statement takes the same parameters whatever the table lacks.
+func unused(d *Dialect, n int) string {
+	if d.Kind == Postgres {
+		return fmt.Sprintf(" AND ($%d::text IS NULL OR TRUE)", n)
+	}
+	return fmt.Sprintf(" AND ($%d IS NULL OR 1)", n)
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

@@ -208,7 +208,7 @@ type Subscription struct {
 	idleMu   sync.Mutex
 	isIdle   bool
 	idleNow  chan struct{} // closed when the loop next becomes idle
-	idlePoll time.Time // when the armed poll fires; zero when none is armed
+	idlePoll time.Time     // when the armed poll fires; zero when none is armed
 	idleWake <-chan struct{}
 }
 

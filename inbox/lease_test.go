@@ -1,0 +1,108 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/inbox"
+)
+
+func leaseOf(t *testing.T, b *inbox.Broker) time.Time {
+	t.Helper()
+	parked, err := inbox.ListParked(context.Background(), b, inbox.MustQueue[Job]("jobs"))
+	if err != nil || len(parked) != 0 {
+		t.Fatalf("parked: %v %v", parked, err)
+	}
+	var raw any
+	if err := b.DB().QueryRow("SELECT locked_until FROM jobs").Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	switch v := raw.(type) {
+	case time.Time:
+		return v.UTC()
+	case string:
+		at, err := time.Parse("2006-01-02 15:04:05.000", v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	t.Fatalf("locked_until of type %T", raw)
+	return time.Time{}
+}
+
+// A handler that runs past most of its lease gets it extended, so no other
+// claimer takes the row; when the lease is taken over anyway, the handler's
+// context ends with ErrLeaseLost and its outcome changes nothing.
+func TestLeaseExtensionAndLoss(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		clk := fake()
+		b := open(t, url, inbox.WithClock(clk), inbox.PollInterval(time.Hour))
+		other := open(t, url, inbox.WithClock(clk), inbox.PollInterval(time.Hour))
+		insert(t, b.DB(), 1)
+		started := make(chan struct{})
+		finish := make(chan struct{})
+		cause := make(chan error, 1)
+		ev := newEvents()
+		sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(ctx context.Context, j Job) error {
+			close(started)
+			select {
+			case <-finish:
+				return nil
+			case <-ctx.Done():
+				cause <- context.Cause(ctx)
+				return ctx.Err()
+			}
+		}, inbox.Lease(9*time.Second), inbox.Observe(ev.observe))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, sub)
+		<-started
+		first := leaseOf(t, b)
+		if want := epoch.Add(9 * time.Second); !first.Equal(want) {
+			t.Fatalf("lease written = %v, want %v", first, want)
+		}
+		clk.Advance(6 * time.Second) // two thirds of the lease
+		eventually(t, "the lease extended", func() bool { return leaseOf(t, b).Equal(epoch.Add(15 * time.Second)) })
+
+		// Another instance finds nothing to take at the first lease's end.
+		otherEv := newEvents()
+		thief, err := inbox.Subscribe(other, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil }, inbox.Observe(otherEv.observe))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(4 * time.Second) // past the first lease, before the extended one
+		run(t, thief)
+		idle(t, thief)
+		if otherEv.len() != 0 {
+			t.Fatal("another instance took a row whose lease was extended")
+		}
+
+		// Someone takes the row over: the next extension finds it lost.
+		steal := "UPDATE jobs SET locked_until = $1"
+		var arg any = epoch.Add(time.Hour)
+		if b.Dialect() == "sqlite" {
+			steal, arg = "UPDATE jobs SET locked_until = ?1", epoch.Add(time.Hour).Format("2006-01-02 15:04:05.000")
+		}
+		if _, err := b.DB().Exec(steal, arg); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(6 * time.Second)
+		select {
+		case err := <-cause:
+			if !errors.Is(err, inbox.ErrLeaseLost) {
+				t.Fatalf("handler context ended with %v, want ErrLeaseLost", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the handler was not told its lease was lost")
+		}
+		ev.wait(t, "the lost outcome", func(e []inbox.Event) bool { return count(e, inbox.Lost) == 1 })
+		if n := rows(t, b.DB()); n != 1 {
+			t.Fatalf("rows = %d; a lost holder's outcome must change nothing", n)
+		}
+		close(finish)
+	})
+}

@@ -45,13 +45,33 @@ func run(ctx context.Context, db *sql.DB, file string, vars *strings.Replacer) e
 	if err != nil {
 		return fmt.Errorf("migrations: %s has no %s migration: %w", d, file, err)
 	}
+	// One transaction, and on Postgres one lock, so instances that start
+	// together and all apply the same migration wait for each other instead
+	// of racing on the catalog (CREATE ... IF NOT EXISTS is not safe against
+	// a concurrent create). SQLite's BEGIN IMMEDIATE serializes by itself.
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrations: %s %s: %w", d, file, err)
+	}
+	defer tx.Rollback()
+	if d.Kind == dialect.Postgres {
+		if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", migrationLock); err != nil {
+			return fmt.Errorf("migrations: %s %s: take the migration lock: %w", d, file, err)
+		}
+	}
 	for _, stmt := range strings.Split(vars.Replace(string(text)), "\n-- ;\n") {
 		if strings.TrimSpace(stmt) == "" {
 			continue
 		}
-		if _, err := db.ExecContext(ctx, stmt); err != nil {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("migrations: %s %s: %w", d, file, err)
 		}
 	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrations: %s %s: %w", d, file, err)
+	}
 	return nil
 }
+
+// migrationLock is the advisory lock key every migration takes on Postgres.
+const migrationLock int64 = 0x73716c696e626f78 // "sqlinbox"

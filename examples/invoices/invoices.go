@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"modernc.org/sqlite"
+
+	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/migrations"
+)
+
+// RenderInvoice is a row of invoice_jobs: a shop writes one per invoice to
+// render, with plain SQL.
+type RenderInvoice struct {
+	ID          int64      `db:"id" inbox:"id,generated"`
+	LockedUntil *time.Time `db:"locked_until" inbox:"locked_until"`
+	Payload     []byte     `db:"payload" inbox:"payload"`
+	Attempts    int        `db:"attempts" inbox:"attempts"`
+}
+
+// Invoice is what a payload holds.
+type Invoice struct {
+	Number   int     `json:"invoice"`
+	Customer string  `json:"customer"`
+	Total    float64 `json:"total"`
+}
+
+// Table is where the shop writes invoices to render.
+const Table = "invoice_jobs"
+
+// Queue is the invoice queue.
+var Queue = inbox.MustQueue[RenderInvoice](Table)
+
+// Rendered is one invoice rendered by one instance.
+type Rendered struct {
+	Instance string
+	Invoice  int
+	Path     string
+}
+
+// Instance is one running copy of the invoice service.
+type Instance struct {
+	Name    string
+	Broker  *inbox.Broker
+	Service *inbox.Service
+	Render  *inbox.Subscription
+}
+
+// NewInstance makes one instance of the service on its own pool: render
+// with four workers, a poll every quarter second, the table created at start.
+// Each rendered invoice is written under outDir and reported on done.
+func NewInstance(name, url, outDir string, done chan<- Rendered, opts ...inbox.Option) (*Instance, error) {
+	b, err := inbox.Open(url, append([]inbox.Option{inbox.PollInterval(250 * time.Millisecond)}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	svc := inbox.NewService("invoices", "1.0.0", b)
+	svc.Signals = false
+	svc.OnStart(func(ctx context.Context) error { return migrations.Apply(ctx, b.DB(), Table) })
+	render := func(ctx context.Context, job RenderInvoice) error {
+		var inv Invoice
+		if err := json.Unmarshal(job.Payload, &inv); err != nil {
+			return fmt.Errorf("invoice job %d: payload is not an invoice: %w", job.ID, err)
+		}
+		path := filepath.Join(outDir, fmt.Sprintf("invoice-%04d.txt", inv.Number))
+		text := fmt.Sprintf("INVOICE %d\nCustomer: %s\nTotal: %.2f EUR\nRendered by: %s\n", inv.Number, inv.Customer, inv.Total, name)
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			return err
+		}
+		done <- Rendered{Instance: name, Invoice: inv.Number, Path: path}
+		return nil
+	}
+	sub, err := inbox.Handle(svc, Queue, render, inbox.Workers(4))
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	return &Instance{Name: name, Broker: b, Service: svc, Render: sub}, nil
+}
+
+// WriteInvoices is the shop: it writes invoices from..from+n-1 to render
+// with plain SQL, as any program could, on a connection of its own.
+func WriteInvoices(ctx context.Context, db *sql.DB, from, n int) error {
+	insert := "INSERT INTO invoice_jobs (payload) VALUES ($1)"
+	if _, ok := db.Driver().(*sqlite.Driver); ok {
+		insert = "INSERT INTO invoice_jobs (payload) VALUES (?)"
+	}
+	customers := []string{"Ada Lovelace", "Grace Hopper", "Edsger Dijkstra", "Barbara Liskov", "Ken Thompson"}
+	for i := from; i < from+n; i++ {
+		payload, _ := json.Marshal(Invoice{Number: i, Customer: customers[i%len(customers)], Total: float64(i*37%500) + 0.99})
+		if _, err := db.ExecContext(ctx, insert, payload); err != nil {
+			return fmt.Errorf("shop: write invoice %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// Run starts the instances, waits until both have started, and stops them
+// when ctx ends; it returns once both have stopped.
+// If one instance fails, the others are stopped too.
+func Run(ctx context.Context, instances ...*Instance) (started <-chan struct{}, stopped <-chan error) {
+	ctx, cancel := context.WithCancel(ctx)
+	ready := make(chan struct{})
+	errs := make(chan error, 1)
+	var wg sync.WaitGroup
+	runErr := make([]error, len(instances))
+	for i, in := range instances {
+		wg.Go(func() {
+			if runErr[i] = in.Service.Run(ctx); runErr[i] != nil {
+				cancel()
+			}
+		})
+	}
+	go func() {
+		for _, in := range instances {
+			select {
+			case <-in.Service.Started():
+			case <-ctx.Done():
+			}
+		}
+		close(ready)
+	}()
+	go func() {
+		wg.Wait()
+		cancel()
+		for _, in := range instances {
+			in.Broker.Close()
+		}
+		for _, err := range runErr {
+			if err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}()
+	return ready, errs
+}

@@ -1,0 +1,131 @@
+package lock_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/lock"
+	"github.com/sqlinbox/sqlinbox/migrations"
+)
+
+func TestMemory(t *testing.T) { runSuite(t, memoryBackend) }
+func TestSQLite(t *testing.T) { runSuite(t, sqliteBackend) }
+func TestPostgres(t *testing.T) {
+	if os.Getenv("POSTGRES_TEST_URL") == "" {
+		t.Skip("POSTGRES_TEST_URL is not set: skipping the Postgres lock store")
+	}
+	runSuite(t, postgresBackend)
+}
+
+func unique() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// memoryBackend shares one Memory between every "store" of a test: within a
+// process that is what sharing a memory store means.
+var memoryBackend = backend{name: "memory", open: func(t *testing.T) func(t *testing.T) lock.Store {
+	m := lock.NewMemory(nil)
+	return func(*testing.T) lock.Store { return m }
+}}
+
+// sqliteBackend gives each store its own pool over one in-memory database.
+var sqliteBackend = backend{name: "sqlite", open: func(t *testing.T) func(t *testing.T) lock.Store {
+	u := "sqlite://:memory:locks_" + unique()
+	first := openSQL(t, u, true)
+	return func(t *testing.T) lock.Store {
+		if first != nil {
+			s := first
+			first = nil
+			return s
+		}
+		return openSQL(t, u, false)
+	}
+}}
+
+// postgresBackend runs each test in a schema of its own and gives each store
+// its own pool on it.
+var postgresBackend = backend{name: "postgres", open: func(t *testing.T) func(t *testing.T) lock.Store {
+	u := postgresSchema(t)
+	first := openSQL(t, u, true)
+	return func(t *testing.T) lock.Store {
+		if first != nil {
+			s := first
+			first = nil
+			return s
+		}
+		return openSQL(t, u, false)
+	}
+}}
+
+// postgresSchema creates a schema for the test, drops it at cleanup, and
+// returns a URL whose connections use it.
+func postgresSchema(t testing.TB) string {
+	t.Helper()
+	base := os.Getenv("POSTGRES_TEST_URL")
+	if base == "" {
+		t.Skip("POSTGRES_TEST_URL is not set: skipping a Postgres test")
+	}
+	schema := "lock_" + unique()
+	admin, _, err := dialect.Open(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		defer admin.Close()
+		if _, err := admin.Exec("DROP SCHEMA " + schema + " CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	pu, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := pu.Query()
+	q.Set("search_path", schema)
+	pu.RawQuery = q.Encode()
+	return pu.String()
+}
+
+func openSQL(t testing.TB, u string, migrate bool) *lock.SQL {
+	t.Helper()
+	db, _, err := dialect.Open(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ctx := context.Background()
+	if migrate {
+		if err := migrations.ApplyLocks(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := lock.NewSQL(ctx, db, lock.SQLOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestNewSQLWithoutTable(t *testing.T) {
+	db, _, err := dialect.Open("sqlite://:memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_, err = lock.NewSQL(context.Background(), db, lock.SQLOptions{})
+	if err == nil || !strings.Contains(err.Error(), "migrations.ApplyLocks") {
+		t.Fatalf("NewSQL on a database without the table: %v", err)
+	}
+}

@@ -8,6 +8,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 	"github.com/sqlinbox/sqlinbox/lock"
@@ -128,4 +131,88 @@ func TestNewSQLWithoutTable(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "migrations.ApplyLocks") {
 		t.Fatalf("NewSQL on a database without the table: %v", err)
 	}
+}
+
+func TestRedis(t *testing.T) {
+	if os.Getenv("REDIS_TEST_URL") == "" {
+		t.Skip("REDIS_TEST_URL is not set: skipping the Redis lock store")
+	}
+	runSuite(t, redisBackend)
+}
+
+// redisBackend gives each test a key prefix of its own and each store a
+// client of its own.
+var redisBackend = backend{name: "redis", open: func(t *testing.T) func(t *testing.T) lock.Store {
+	prefix := "test:" + unique() + ":"
+	t.Cleanup(func() { redisCleanup(t, prefix) })
+	return func(t *testing.T) lock.Store { return openRedis(t, prefix) }
+}}
+
+func redisClient(t testing.TB) *redis.Client {
+	t.Helper()
+	u := os.Getenv("REDIS_TEST_URL")
+	if u == "" {
+		t.Skip("REDIS_TEST_URL is not set: skipping a Redis test")
+	}
+	opt, err := redis.ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func openRedis(t testing.TB, prefix string) *lock.Redis {
+	t.Helper()
+	s, err := lock.NewRedis(context.Background(), redisClient(t), lock.RedisOptions{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func redisCleanup(t testing.TB, prefix string) {
+	c := redisClient(t)
+	ctx := context.Background()
+	keys, err := c.Keys(ctx, prefix+"*").Result()
+	if err == nil && len(keys) > 0 {
+		err = c.Del(ctx, keys...).Err()
+	}
+	if err != nil {
+		t.Errorf("redis cleanup of %s*: %v", prefix, err)
+	}
+}
+
+func TestRedisUnreachable(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: time.Second})
+	defer c.Close()
+	if _, err := lock.NewRedis(context.Background(), c, lock.RedisOptions{}); err == nil {
+		t.Fatal("NewRedis on an unreachable server succeeded")
+	}
+}
+
+// A store that cannot be reached fails the call with the cause and never
+// answers a hold.
+func TestUnreachableStoreFails(t *testing.T) {
+	db, _, err := dialect.Open("sqlite://:memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := migrations.ApplyLocks(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	s, err := lock.NewSQL(ctx, db, lock.SQLOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := locker(t, s, "down")
+	db.Close()
+	h, ok, err := l.Take(ctx, "k", lock.Options{Wait: time.Second})
+	if ok || err == nil || !strings.Contains(err.Error(), `lock "down/k": acquire`) {
+		t.Fatalf("take on a closed pool: ok=%v hold=%+v err=%v", ok, h, err)
+	}
+	t.Log(err)
 }

@@ -84,8 +84,9 @@ type Hold struct {
 	Fence int64
 	// Slot is the place held, from zero to MaxHolders-1.
 	Slot int
-	// Expires is when the hold ends unless extended, on this host's clock
-	// (the store measured the TTL on its own clock).
+	// Expires is when the hold ends unless extended, on the locker's clock:
+	// the TTL counted from just before the store was asked, so it errs
+	// early (the store counts from its own now, a round trip later).
 	Expires time.Time
 }
 
@@ -162,7 +163,9 @@ func (l *Locker) Namespace() string { return l.ns }
 // it got one; false (or, with MustAcquire, an error wrapping ErrNotAcquired)
 // when every place stayed held through its wait. With Options.Token set it
 // extends that hold instead. A store that cannot be reached fails the call
-// with the cause; ctx ends the wait with ctx's error.
+// with the cause; ctx ends the wait with ctx's error. A call that fails
+// while its statement is in flight may leave a place taken that it does not
+// report: that place frees itself at its TTL.
 func (l *Locker) Take(ctx context.Context, name string, o Options) (Hold, bool, error) {
 	if err := checkName(name); err != nil {
 		return Hold{}, false, err
@@ -190,6 +193,7 @@ func (l *Locker) Take(ctx context.Context, name string, o Options) (Hold, bool, 
 	}
 	for tries := 1; ; tries++ {
 		secret := newSecret()
+		asked := l.clock.Now() // the hold ends TTL after the store's now, which comes later
 		g, err := l.store.Acquire(ctx, k, secret, o.TTL, o.MaxHolders)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -198,7 +202,7 @@ func (l *Locker) Take(ctx context.Context, name string, o Options) (Hold, bool, 
 			return Hold{}, false, fmt.Errorf("lock %s: acquire: %w", quoteLock(l.ns, name), err)
 		}
 		if g.Acquired {
-			h := l.hold(k, g, secret)
+			h := l.hold(k, g, secret, asked)
 			l.remember(name, h.Token)
 			return h, true, nil
 		}
@@ -298,6 +302,7 @@ func (l *Locker) extend(ctx context.Context, k Key, o Options) (Hold, error) {
 	if t.name != k.Name {
 		return Hold{}, fmt.Errorf("%w: lock %s: Options.Token holds the lock %q; extend with the name it was taken on", ErrInvalid, quoteLock(l.ns, k.Name), t.name)
 	}
+	asked := l.clock.Now()
 	g, err := l.store.Extend(ctx, k, t.slot, t.secret, o.TTL)
 	if err != nil {
 		return Hold{}, fmt.Errorf("lock %s: extend: %w", quoteLock(l.ns, k.Name), err)
@@ -307,14 +312,14 @@ func (l *Locker) extend(ctx context.Context, k Key, o Options) (Hold, error) {
 		return Hold{}, fmt.Errorf("lock %s: extend: %w: the hold ended before (released, or its TTL passed); take the lock anew", quoteLock(l.ns, k.Name), ErrNotHeld)
 	}
 	g.Slot = t.slot
-	return l.hold(k, g, t.secret), nil
+	return l.hold(k, g, t.secret, asked), nil
 }
 
-func (l *Locker) hold(k Key, g Grant, secret string) Hold {
+func (l *Locker) hold(k Key, g Grant, secret string, asked time.Time) Hold {
 	return Hold{
 		Namespace: k.Namespace, Name: k.Name, Slot: g.Slot, Fence: g.Fence,
 		Token:   makeToken(k, g.Slot, secret),
-		Expires: l.clock.Now().Add(g.TTL),
+		Expires: asked.Add(g.TTL),
 	}
 }
 

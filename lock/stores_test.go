@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net/url"
 	"os"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 	"github.com/sqlinbox/sqlinbox/lock"
 	"github.com/sqlinbox/sqlinbox/migrations"
+	"github.com/sqlinbox/sqlinbox/notify"
 )
 
 func TestMemory(t *testing.T) { runSuite(t, memoryBackend) }
@@ -215,4 +217,72 @@ func TestUnreachableStoreFails(t *testing.T) {
 		t.Fatalf("take on a closed pool: ok=%v hold=%+v err=%v", ok, h, err)
 	}
 	t.Log(err)
+}
+
+// On Postgres a store can listen on a listener it is given (a broker's):
+// a release on another pool wakes its waiter through it.
+func TestPostgresSharedListener(t *testing.T) {
+	u := postgresSchema(t)
+	holderStore := openSQL(t, u, true)
+	db, _, err := dialect.Open(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	hub := notify.NewHub()
+	listener := notify.NewListener(db, hub, nil)
+	go listener.Run(ctx)
+	waiterStore, err := lock.NewSQL(ctx, db, lock.SQLOptions{Listener: listener, Hub: hub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-listener.Ready():
+	case <-ctx.Done():
+		t.Fatal("listener not ready")
+	}
+	tried := make(chan struct{}, 10)
+	holder, waiter := locker(t, holderStore, "shared"), locker(t, &observed{waiterStore, tried}, "shared")
+	h := mustTake(t, holder, "k", lock.Options{TTL: time.Minute})
+	got := make(chan time.Time, 1)
+	go func() {
+		_, ok, err := waiter.Take(ctx, "k", lock.Options{Wait: time.Minute, RetryDelay: time.Minute})
+		if !ok || err != nil {
+			t.Errorf("waiter: ok=%v err=%v", ok, err)
+		}
+		got <- time.Now()
+	}()
+	<-tried // the waiter found the place held: only a wake hands it over within its minute
+	at := time.Now()
+	if err := holder.Release(ctx, h.Token); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case done := <-got:
+		t.Logf("release to waiter through a shared listener: %v", done.Sub(at))
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter was not woken by the release")
+	}
+	if _, err := lock.NewSQL(ctx, db, lock.SQLOptions{Listener: listener}); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("listener without hub: %v", err)
+	}
+}
+
+// observed signals each failed Acquire of the store it wraps.
+type observed struct {
+	lock.Store
+	failed chan struct{}
+}
+
+func (o *observed) Acquire(ctx context.Context, k lock.Key, secret string, ttl time.Duration, n int) (lock.Grant, error) {
+	g, err := o.Store.Acquire(ctx, k, secret, ttl, n)
+	if err == nil && !g.Acquired {
+		select {
+		case o.failed <- struct{}{}:
+		default:
+		}
+	}
+	return g, err
 }

@@ -149,7 +149,8 @@ func testThreeAtATime(t *testing.T, newStore func(t *testing.T) lock.Store) {
 	ctx := ctxT(t)
 	const retry = 20 * time.Second // a waiter that needed its retry delay would fail the test
 	opts := lock.Options{MaxHolders: 3, TTL: time.Minute, Wait: time.Minute, RetryDelay: retry}
-	lockers := []*lock.Locker{locker(t, newStore(t), "sem"), locker(t, newStore(t), "sem")}
+	failed := make(chan struct{}, 100)
+	lockers := []*lock.Locker{locker(t, &observed{newStore(t), failed}, "sem"), locker(t, &observed{newStore(t), failed}, "sem")}
 	type in struct {
 		who  int
 		at   time.Time
@@ -204,7 +205,11 @@ func testThreeAtATime(t *testing.T, newStore func(t *testing.T) lock.Store) {
 	if len(slots) != 3 {
 		t.Fatalf("three holders share slots: %+v", holding)
 	}
-	// The other three are waiting: a fourth place is not to be had.
+	// The other three are waiting: each found every place held, and a
+	// fourth place is not to be had.
+	for range 3 {
+		recv2(t, failed, "a waiter's failed try")
+	}
 	mustNotTake(t, locker(t, newStore(t), "sem"), "payments", lock.Options{MaxHolders: 3})
 	select {
 	case x := <-ins:
@@ -476,5 +481,14 @@ func testCancel(t *testing.T, newStore func(t *testing.T) lock.Store) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a cancelled take still waits after 10s")
+	}
+}
+
+func recv2(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %s within 30s", what)
 	}
 }

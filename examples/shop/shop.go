@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/lock"
+)
+
+// InvoiceSender sends an order's invoice (a mail, a PDF, a call to an
+// accounting system): it must run once per order, however many calls ask.
+type InvoiceSender interface {
+	Send(ctx context.Context, order string) error
+}
+
+// PaymentService charges an order; it takes three calls at a time.
+type PaymentService interface {
+	Charge(ctx context.Context, order string) error
+}
+
+// PaymentPlaces is how many calls the payment service takes at once.
+const PaymentPlaces = 3
+
+// ChargeWait is how long a charge waits for a place at the payment service.
+const ChargeWait = 20 * time.Second
+
+// Shop is one instance of the shop service: its own pool, its own locker.
+type Shop struct {
+	Name     string
+	Locker   *lock.Locker
+	Invoices InvoiceSender
+	Payments PaymentService
+}
+
+// Handler serves the shop's two custom calls:
+//
+//	POST /orders/{id}/invoice   send the invoice, once: a call that finds another sending it is told so at once (409)
+//	POST /orders/{id}/charge    charge the order, three at a time: the others wait up to ChargeWait for a place
+func (s *Shop) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /orders/{id}/invoice", s.sendInvoice)
+	mux.HandleFunc("POST /orders/{id}/charge", s.chargePayment)
+	return mux
+}
+
+func (s *Shop) sendInvoice(w http.ResponseWriter, r *http.Request) {
+	order := r.PathValue("id")
+	w.Header().Set("X-Instance", s.Name)
+	// No wait: a second call for the same order is told at once.
+	h, ok, err := s.Locker.Take(r.Context(), "invoice:"+order, lock.Options{TTL: time.Minute})
+	switch {
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	case !ok:
+		http.Error(w, fmt.Sprintf("order %s: another call is sending its invoice", order), http.StatusConflict)
+		return
+	}
+	defer s.Locker.Release(context.WithoutCancel(r.Context()), h.Token)
+	if err := s.Invoices.Send(r.Context(), order); err != nil {
+		http.Error(w, fmt.Sprintf("order %s: send invoice: %v", order, err), http.StatusBadGateway)
+		return
+	}
+	fmt.Fprintf(w, "order %s: invoice sent by %s (fence %d)\n", order, s.Name, h.Fence)
+}
+
+func (s *Shop) chargePayment(w http.ResponseWriter, r *http.Request) {
+	order := r.PathValue("id")
+	w.Header().Set("X-Instance", s.Name)
+	start := time.Now()
+	h, _, err := s.Locker.Take(r.Context(), "payment-service", lock.Options{
+		MaxHolders:  PaymentPlaces,
+		Wait:        ChargeWait,
+		TTL:         time.Minute,
+		MustAcquire: true,
+	})
+	switch {
+	case errors.Is(err, lock.ErrNotAcquired):
+		http.Error(w, fmt.Sprintf("order %s: the payment service stayed busy: %v", order, err), http.StatusServiceUnavailable)
+		return
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	defer s.Locker.Release(context.WithoutCancel(r.Context()), h.Token)
+	waited := time.Since(start)
+	if err := s.Payments.Charge(r.Context(), order); err != nil {
+		http.Error(w, fmt.Sprintf("order %s: charge: %v", order, err), http.StatusBadGateway)
+		return
+	}
+	fmt.Fprintf(w, "order %s: charged by %s at place %d after waiting %v\n", order, s.Name, h.Slot, waited.Round(time.Millisecond))
+}
+
+// RoundRobin serves one address with several instances, each request going
+// to the next, as a load balancer in front of them would.
+func RoundRobin(instances ...http.Handler) http.Handler {
+	var next atomic.Uint64
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		instances[(next.Add(1)-1)%uint64(len(instances))].ServeHTTP(w, r)
+	})
+}
+
+// slowInvoices stands in for a real sender: it takes a while.
+type slowInvoices struct{ delay time.Duration }
+
+func (s slowInvoices) Send(ctx context.Context, order string) error {
+	select {
+	case <-time.After(s.delay):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// slowPayments stands in for the payment service: it takes a while, and
+// refuses a call beyond its three places, as the real one would.
+type slowPayments struct {
+	delay  time.Duration
+	mu     sync.Mutex
+	inside int
+}
+
+func (p *slowPayments) Charge(ctx context.Context, order string) error {
+	p.mu.Lock()
+	if p.inside >= PaymentPlaces {
+		p.mu.Unlock()
+		return fmt.Errorf("payment service: already %d calls at once", PaymentPlaces)
+	}
+	p.inside++
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.inside--
+		p.mu.Unlock()
+	}()
+	select {
+	case <-time.After(p.delay):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

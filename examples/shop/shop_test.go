@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// gatedInvoices blocks every send until the test opens the gate.
+type gatedInvoices struct {
+	entered chan string
+	gate    chan struct{}
+}
+
+func (g *gatedInvoices) Send(ctx context.Context, order string) error {
+	g.entered <- order
+	<-g.gate
+	return nil
+}
+
+// gatedPayments counts the calls inside and lets each one out when the test
+// says; it fails a call beyond its three places, as the real one would.
+type gatedPayments struct {
+	mu      sync.Mutex
+	inside  int
+	most    int
+	entered chan chan struct{} // each call hands the test its way out
+}
+
+func (p *gatedPayments) Charge(ctx context.Context, order string) error {
+	p.mu.Lock()
+	p.inside++
+	p.most = max(p.most, p.inside)
+	over := p.inside > PaymentPlaces
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.inside--
+		p.mu.Unlock()
+	}()
+	if over {
+		return fmt.Errorf("payment service: more than %d calls at once", PaymentPlaces)
+	}
+	out := make(chan struct{})
+	p.entered <- out
+	<-out
+	return nil
+}
+
+type answer struct {
+	code     int
+	body     string
+	instance string
+	at       time.Time
+}
+
+func fire(t *testing.T, u string, n int) chan answer {
+	answers := make(chan answer, n)
+	for range n {
+		go func() {
+			code, body, inst, err := post(u)
+			if err != nil {
+				t.Error(err)
+			}
+			answers <- answer{code, body, inst, time.Now()}
+		}()
+	}
+	return answers
+}
+
+func recv[T any](t *testing.T, c <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no %s within 15s", what)
+	}
+	var zero T
+	return zero
+}
+
+func databases(t *testing.T) map[string]string {
+	dbs := map[string]string{"sqlite": "sqlite://:memory:shop_" + unique()}
+	base := os.Getenv("POSTGRES_TEST_URL")
+	if base == "" {
+		t.Log("POSTGRES_TEST_URL is not set: the shop runs on SQLite only")
+		return dbs
+	}
+	schema := "shop_" + unique()
+	admin, _, err := dialect.Open(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		defer admin.Close()
+		if _, err := admin.Exec("DROP SCHEMA " + schema + " CASCADE"); err != nil {
+			t.Error(err)
+		}
+	})
+	pu, _ := url.Parse(base)
+	q := pu.Query()
+	q.Set("search_path", schema)
+	pu.RawQuery = q.Encode()
+	dbs["postgres"] = pu.String()
+	return dbs
+}
+
+func unique() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func TestShop(t *testing.T) {
+	for kind, dbURL := range databases(t) {
+		t.Run(kind, func(t *testing.T) {
+			inv := &gatedInvoices{entered: make(chan string, 3), gate: make(chan struct{})}
+			pay := &gatedPayments{entered: make(chan chan struct{}, 6)}
+			front, closeAll, err := start(context.Background(), dbURL, inv, pay)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(closeAll)
+			srv := httptest.NewServer(front)
+			t.Cleanup(srv.Close)
+			t.Run("SendInvoice", func(t *testing.T) { testSendInvoice(t, srv.URL, inv) })
+			t.Run("ChargePayment", func(t *testing.T) { testChargePayment(t, srv.URL, pay) })
+		})
+	}
+}
+
+// Three calls at once for one order: one sends; the other two are told at
+// once, while the first is still sending, that another call is sending it.
+func testSendInvoice(t *testing.T, base string, inv *gatedInvoices) {
+	answers := fire(t, base+"/orders/1001/invoice", 3)
+	if order := recv(t, inv.entered, "send"); order != "1001" {
+		t.Fatalf("sent the invoice of order %q", order)
+	}
+	instances := map[string]bool{}
+	for range 2 { // the sender is still blocked: these answers came at once
+		a := recv(t, answers, "answer to a second call")
+		if a.code != http.StatusConflict || !strings.Contains(a.body, "another call is sending its invoice") {
+			t.Fatalf("second call: %d %q, want 409 naming the other call", a.code, a.body)
+		}
+		instances[a.instance] = true
+	}
+	close(inv.gate)
+	a := recv(t, answers, "answer of the sending call")
+	if a.code != http.StatusOK || !strings.Contains(a.body, "invoice sent") {
+		t.Fatalf("sending call: %d %q", a.code, a.body)
+	}
+	instances[a.instance] = true
+	if len(instances) != 2 {
+		t.Errorf("answers came from %v: both instances should have served", instances)
+	}
+	select {
+	case o := <-inv.entered:
+		t.Fatalf("the invoice of order %s was sent twice", o)
+	default:
+	}
+	// Once sent and released, a later call sends again (the lock guards the
+	// sending, not the order's history).
+	inv2 := fire(t, base+"/orders/1001/invoice", 1)
+	recv(t, inv.entered, "send of a later call")
+	if a := recv(t, inv2, "later call"); a.code != http.StatusOK {
+		t.Fatalf("later call: %d %q", a.code, a.body)
+	}
+}
+
+// Six calls at once against a payment service that takes three: three hold,
+// three wait, and each takes the place a payment gives back at once.
+func testChargePayment(t *testing.T, base string, pay *gatedPayments) {
+	answers := fire(t, base+"/orders/1002/charge", 6)
+	var outs []chan struct{}
+	for range 3 {
+		outs = append(outs, recv(t, pay.entered, "charge"))
+	}
+	pay.mu.Lock()
+	inside := pay.inside
+	pay.mu.Unlock()
+	if inside != 3 {
+		t.Fatalf("%d charges inside the payment service, want 3", inside)
+	}
+	select {
+	case a := <-answers:
+		t.Fatalf("a call answered while it should wait: %d %q", a.code, a.body)
+	default:
+	}
+	var handover []time.Duration
+	for len(outs) > 0 {
+		out := outs[0]
+		outs = outs[1:]
+		at := time.Now()
+		close(out)
+		if len(handover) < 3 {
+			outs = append(outs, recv(t, pay.entered, "charge in a freed place"))
+			handover = append(handover, time.Since(at))
+		}
+		if a := recv(t, answers, "answer of a charge"); a.code != http.StatusOK || !strings.Contains(a.body, "charged") {
+			t.Fatalf("charge: %d %q", a.code, a.body)
+		}
+	}
+	t.Logf("freed place to the next charge: %v", handover)
+	for _, d := range handover {
+		if d > 5*time.Second {
+			t.Errorf("a waiting charge took %v to take a freed place", d)
+		}
+	}
+	pay.mu.Lock()
+	defer pay.mu.Unlock()
+	if pay.most != PaymentPlaces {
+		t.Errorf("at most %d charges at once, want %d", pay.most, PaymentPlaces)
+	}
+}

@@ -1,0 +1,40 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/lock"
+)
+
+// One call takes a lock; the token releases it, or extends it when taken
+// again.
+func Example() {
+	ctx := context.Background()
+	store := lock.NewMemory(nil) // or lock.NewSQL(ctx, db, ...), lock.NewRedis(ctx, client, ...)
+	locker, err := lock.New(store, lock.Config{Namespace: "tenant-42"})
+	if err != nil {
+		panic(err)
+	}
+	h, ok, err := locker.Take(ctx, "invoice:1001", lock.Options{TTL: time.Minute})
+	fmt.Println("first call:", ok, err, h.Fence)
+
+	_, ok, err = locker.Take(ctx, "invoice:1001", lock.Options{})
+	fmt.Println("second call:", ok, err)
+
+	_, _, err = locker.Take(ctx, "invoice:1001", lock.Options{Wait: 10 * time.Millisecond, MustAcquire: true})
+	fmt.Println("with MustAcquire:", errors.Is(err, lock.ErrNotAcquired))
+
+	h, _, _ = locker.Take(ctx, "invoice:1001", lock.Options{Token: h.Token, TTL: time.Hour})
+	fmt.Println("extended, same fence:", h.Fence)
+
+	fmt.Println("released:", locker.Release(ctx, h.Token))
+	// Output:
+	// first call: true <nil> 1
+	// second call: false <nil>
+	// with MustAcquire: true
+	// extended, same fence: 1
+	// released: <nil>
+}

@@ -1,0 +1,442 @@
+// Package lock keeps a piece of work to one holder, or to a few, across every
+// instance that shares a store: Postgres, SQLite, Redis, or the process's
+// memory.
+//
+// A hold ends by itself when its TTL passes, so a holder that crashed blocks
+// the others only until then. A waiter never spins: it sleeps until a release
+// wakes it, the nearest holder's expiry, its retry delay or its deadline.
+//
+//	locker, _ := lock.New(store, lock.Config{Namespace: "tenant-42"})
+//	h, ok, err := locker.Take(ctx, "invoice:1001", lock.Options{TTL: time.Minute})
+//	if err != nil || !ok {
+//		return err // another call holds it
+//	}
+//	defer locker.Release(ctx, h.Token)
+package lock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/clock"
+)
+
+// Defaults of Options: a zero field means its default.
+const (
+	// DefaultTTL is how long a hold lasts when Options.TTL is zero.
+	DefaultTTL = 30 * time.Second
+	// DefaultRetryDelay is the longest a waiter sleeps between attempts when
+	// nothing wakes it, when Options.RetryDelay is zero.
+	DefaultRetryDelay = 250 * time.Millisecond
+	// MaxName is the longest lock name or namespace accepted, in bytes.
+	MaxName = 255
+)
+
+// Options shape one Take. The zero value takes a mutex for DefaultTTL
+// without waiting and answers false when another holds it.
+type Options struct {
+	// TTL is how long the hold lasts at most: once it passes the holder is
+	// no holder and its place goes to the next. Zero means DefaultTTL;
+	// negative is refused.
+	TTL time.Duration
+	// Wait is how long to wait for a place. Zero means no wait (one attempt,
+	// unless Tries asks for more); negative is refused.
+	Wait time.Duration
+	// Tries caps the attempts of one Take, a woken or timed retry each
+	// counting as one. Zero means no cap within Wait. With Wait zero and
+	// Tries above one, the call waits until its tries are spent.
+	Tries int
+	// RetryDelay is the longest a waiter sleeps between attempts when no
+	// release wakes it and no holder's expiry comes sooner: the poll that
+	// floors missed wakes (SQLite pools of other processes rely on it).
+	// Zero means DefaultRetryDelay; negative is refused.
+	RetryDelay time.Duration
+	// MaxHolders is how many may hold the name at once: 1 is a mutex, N a
+	// counting semaphore. Zero means 1; negative is refused. Every caller
+	// of one name should use the same value.
+	MaxHolders int
+	// MustAcquire turns a false answer into an error wrapping
+	// ErrNotAcquired (a *NotAcquiredError naming the lock and the wait).
+	MustAcquire bool
+	// Token, when set, extends the hold it names instead of taking a new
+	// place: the hold then lasts TTL from now, keeps its fence, and fails
+	// with ErrNotHeld when it has already ended. Default: empty, a new take.
+	Token string
+}
+
+// Hold is one place held on a lock.
+type Hold struct {
+	// Namespace and Name name the lock.
+	Namespace, Name string
+	// Token releases or extends the hold. It is opaque; keep it as is.
+	Token string
+	// Fence grows with every new acquisition of the name in its namespace
+	// (not with extensions): pass it to downstream writes so a holder that
+	// lost its hold cannot overwrite the work of the next.
+	Fence int64
+	// Slot is the place held, from zero to MaxHolders-1.
+	Slot int
+	// Expires is when the hold ends unless extended, on the locker's clock:
+	// the TTL counted from just before the store was asked, so it errs
+	// early (the store counts from its own now, a round trip later).
+	Expires time.Time
+}
+
+var (
+	// ErrNotAcquired is wrapped by the error of a Take with MustAcquire that
+	// found no place within its wait.
+	ErrNotAcquired = errors.New("lock not acquired")
+	// ErrNotHeld means a release or extension named no live hold: the token
+	// was released, its TTL passed, or it was never taken.
+	ErrNotHeld = errors.New("lock not held")
+	// ErrWrongNamespace means a token taken in one namespace was used on a
+	// locker of another.
+	ErrWrongNamespace = errors.New("lock token of another namespace")
+	// ErrInvalid marks bad input: a name, namespace, option or token the
+	// call refuses before it reaches the store.
+	ErrInvalid = errors.New("invalid lock input")
+)
+
+// NotAcquiredError tells which lock was not acquired and how long the call
+// waited. It matches ErrNotAcquired with errors.Is.
+type NotAcquiredError struct {
+	Namespace, Name string
+	Waited          time.Duration
+	Tries           int
+	MaxHolders      int
+}
+
+func (e *NotAcquiredError) Error() string {
+	return fmt.Sprintf("lock %s: not acquired after %d tries in %v: all %d places are held; wait longer (Options.Wait) or try later",
+		quoteLock(e.Namespace, e.Name), e.Tries, e.Waited.Round(time.Millisecond), e.MaxHolders)
+}
+
+// Unwrap returns ErrNotAcquired.
+func (e *NotAcquiredError) Unwrap() error { return ErrNotAcquired }
+
+// Config sets up a Locker.
+type Config struct {
+	// Namespace holds the locker's names apart from every other namespace's
+	// (a tenant, an account). Default: empty, itself a namespace. At most
+	// MaxName bytes.
+	Namespace string
+	// Clock paces waiters (deadlines, retry delays). Default: clock.Host.
+	// Expiry is measured by the store: the database's or Redis server's
+	// clock, or for Memory and SQLite the clock given to the store.
+	Clock clock.Clock
+}
+
+// Locker takes and releases locks of one namespace in one store. It is safe
+// for concurrent use; make one per namespace and share it.
+type Locker struct {
+	store Store
+	ns    string
+	clock clock.Clock
+
+	mu   sync.Mutex
+	held map[string]map[string]bool // name -> tokens this locker took and has not released
+}
+
+// New returns a locker of cfg.Namespace over store.
+func New(store Store, cfg Config) (*Locker, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: lock.New: store is nil", ErrInvalid)
+	}
+	if len(cfg.Namespace) > MaxName {
+		return nil, fmt.Errorf("%w: lock.New: Config.Namespace is %d bytes, more than %d", ErrInvalid, len(cfg.Namespace), MaxName)
+	}
+	return &Locker{store: store, ns: cfg.Namespace, clock: clock.OrHost(cfg.Clock), held: map[string]map[string]bool{}}, nil
+}
+
+// Namespace returns the locker's namespace.
+func (l *Locker) Namespace() string { return l.ns }
+
+// Take asks for a place on the lock name. It answers the hold and true when
+// it got one; false (or, with MustAcquire, an error wrapping ErrNotAcquired)
+// when every place stayed held through its wait. With Options.Token set it
+// extends that hold instead. A store that cannot be reached fails the call
+// with the cause; ctx ends the wait with ctx's error. A call that fails
+// while its statement is in flight may leave a place taken that it does not
+// report: that place frees itself at its TTL.
+func (l *Locker) Take(ctx context.Context, name string, o Options) (Hold, bool, error) {
+	if err := checkName(name); err != nil {
+		return Hold{}, false, err
+	}
+	if err := o.check(name); err != nil {
+		return Hold{}, false, err
+	}
+	o = o.withDefaults()
+	k := Key{Namespace: l.ns, Name: name}
+	if o.Token != "" {
+		h, err := l.extend(ctx, k, o)
+		return h, err == nil, err
+	}
+
+	start := l.clock.Now()
+	waits := o.Wait > 0 || o.Tries > 1
+	var wakes Wakes
+	if waits {
+		w, err := l.store.Subscribe(ctx, k)
+		if err != nil {
+			return Hold{}, false, fmt.Errorf("lock %s: subscribe to releases: %w", quoteLock(l.ns, name), err)
+		}
+		defer w.Close()
+		wakes = w
+	}
+	for tries := 1; ; tries++ {
+		secret := newSecret()
+		asked := l.clock.Now() // the hold ends TTL after the store's now, which comes later
+		g, err := l.store.Acquire(ctx, k, secret, o.TTL, o.MaxHolders)
+		if err != nil {
+			if ctx.Err() != nil {
+				return Hold{}, false, ctx.Err()
+			}
+			return Hold{}, false, fmt.Errorf("lock %s: acquire: %w", quoteLock(l.ns, name), err)
+		}
+		if g.Acquired {
+			h := l.hold(k, g, secret, asked)
+			l.remember(name, h.Token)
+			return h, true, nil
+		}
+		elapsed := l.clock.Now().Sub(start)
+		left := o.Wait - elapsed
+		if !waits || (o.Tries > 0 && tries >= o.Tries) || (o.Wait > 0 && left <= 0) {
+			if o.MustAcquire {
+				return Hold{}, false, &NotAcquiredError{Namespace: l.ns, Name: name, Waited: elapsed, Tries: tries, MaxHolders: o.MaxHolders}
+			}
+			return Hold{}, false, nil
+		}
+		sleep := o.RetryDelay
+		if g.Expiry >= 0 {
+			// A holder's expiry, plus a millisecond for stores that keep
+			// milliseconds; zero is a race just lost: try again at once.
+			sleep = min(sleep, g.Expiry+time.Millisecond)
+		}
+		if o.Wait > 0 {
+			sleep = min(sleep, left)
+		}
+		if sleep <= 0 {
+			continue
+		}
+		t := l.clock.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Hold{}, false, ctx.Err()
+		case <-wakes.C():
+			t.Stop()
+		case <-t.C():
+		}
+	}
+}
+
+// Release gives back the hold token names. A token that holds nothing any
+// more (released, expired, never taken) fails with ErrNotHeld; a token of
+// another namespace with ErrWrongNamespace; nothing changes then.
+func (l *Locker) Release(ctx context.Context, token string) error {
+	t, err := l.parse(token)
+	if err != nil {
+		return err
+	}
+	k := Key{Namespace: l.ns, Name: t.name}
+	ok, err := l.store.Release(ctx, k, t.slot, t.secret)
+	l.forget(t.name, token)
+	if err != nil {
+		return fmt.Errorf("lock %s: release: %w", quoteLock(l.ns, t.name), err)
+	}
+	if !ok {
+		return fmt.Errorf("lock %s: release: %w: the hold ended before (released, or its TTL passed)", quoteLock(l.ns, t.name), ErrNotHeld)
+	}
+	return nil
+}
+
+// ReleaseName gives back every hold this locker took on name and has not
+// released. It fails with ErrNotHeld when the locker took none, or when
+// every one of them had already ended.
+func (l *Locker) ReleaseName(ctx context.Context, name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	tokens := make([]string, 0, len(l.held[name]))
+	for tok := range l.held[name] {
+		tokens = append(tokens, tok)
+	}
+	l.mu.Unlock()
+	if len(tokens) == 0 {
+		return fmt.Errorf("lock %s: release: %w: this locker holds no place on it", quoteLock(l.ns, name), ErrNotHeld)
+	}
+	var live bool
+	var errs []error
+	for _, tok := range tokens {
+		err := l.Release(ctx, tok)
+		switch {
+		case err == nil:
+			live = true
+		case !errors.Is(err, ErrNotHeld):
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if !live {
+		return fmt.Errorf("lock %s: release: %w: every hold of this locker had ended (its TTL passed)", quoteLock(l.ns, name), ErrNotHeld)
+	}
+	return nil
+}
+
+func (l *Locker) extend(ctx context.Context, k Key, o Options) (Hold, error) {
+	t, err := l.parse(o.Token)
+	if err != nil {
+		return Hold{}, err
+	}
+	if t.name != k.Name {
+		return Hold{}, fmt.Errorf("%w: lock %s: Options.Token holds the lock %q; extend with the name it was taken on", ErrInvalid, quoteLock(l.ns, k.Name), t.name)
+	}
+	asked := l.clock.Now()
+	g, err := l.store.Extend(ctx, k, t.slot, t.secret, o.TTL)
+	if err != nil {
+		return Hold{}, fmt.Errorf("lock %s: extend: %w", quoteLock(l.ns, k.Name), err)
+	}
+	if !g.Acquired {
+		l.forget(k.Name, o.Token)
+		return Hold{}, fmt.Errorf("lock %s: extend: %w: the hold ended before (released, or its TTL passed); take the lock anew", quoteLock(l.ns, k.Name), ErrNotHeld)
+	}
+	g.Slot = t.slot
+	return l.hold(k, g, t.secret, asked), nil
+}
+
+func (l *Locker) hold(k Key, g Grant, secret string, asked time.Time) Hold {
+	return Hold{
+		Namespace: k.Namespace, Name: k.Name, Slot: g.Slot, Fence: g.Fence,
+		Token:   makeToken(k, g.Slot, secret),
+		Expires: asked.Add(g.TTL),
+	}
+}
+
+func (l *Locker) remember(name, token string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	set := l.held[name]
+	if set == nil {
+		set = map[string]bool{}
+		l.held[name] = set
+	}
+	set[token] = true
+}
+
+func (l *Locker) forget(name, token string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if set := l.held[name]; set != nil {
+		delete(set, token)
+		if len(set) == 0 {
+			delete(l.held, name)
+		}
+	}
+}
+
+func (o Options) check(name string) error {
+	bad := func(field string, v any, want string) error {
+		return fmt.Errorf("%w: lock %q: Options.%s is %v; %s", ErrInvalid, name, field, v, want)
+	}
+	switch {
+	case o.TTL < 0:
+		return bad("TTL", o.TTL, "give a positive duration, or zero for the default 30s")
+	case o.TTL > 0 && o.TTL < time.Millisecond:
+		return bad("TTL", o.TTL, "give at least 1ms (stores keep milliseconds)")
+	case o.Wait < 0:
+		return bad("Wait", o.Wait, "give a positive duration, or zero for no wait")
+	case o.Tries < 0:
+		return bad("Tries", o.Tries, "give a positive count, or zero for no cap")
+	case o.RetryDelay < 0:
+		return bad("RetryDelay", o.RetryDelay, "give a positive duration, or zero for the default 250ms")
+	case o.MaxHolders < 0:
+		return bad("MaxHolders", o.MaxHolders, "give at least 1, or zero for the default 1")
+	case o.MaxHolders > MaxHolders:
+		return bad("MaxHolders", o.MaxHolders, fmt.Sprintf("give at most %d", MaxHolders))
+	}
+	return nil
+}
+
+// MaxHolders bounds Options.MaxHolders: each place is a row (or field) of
+// its own, and a waiter looks at every one.
+const MaxHolders = 10000
+
+func (o Options) withDefaults() Options {
+	if o.TTL == 0 {
+		o.TTL = DefaultTTL
+	}
+	if o.RetryDelay == 0 {
+		o.RetryDelay = DefaultRetryDelay
+	}
+	if o.MaxHolders == 0 {
+		o.MaxHolders = 1
+	}
+	return o
+}
+
+func checkName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty lock name; name the resource the lock guards", ErrInvalid)
+	case len(name) > MaxName:
+		return fmt.Errorf("%w: lock name %.32q... is %d bytes, more than %d; shorten it or hash it", ErrInvalid, name, len(name), MaxName)
+	}
+	return nil
+}
+
+func quoteLock(ns, name string) string {
+	if ns == "" {
+		return strconv.Quote(name)
+	}
+	return strconv.Quote(ns + "/" + name)
+}
+
+// A token is "v1.<namespace>.<name>.<slot>.<secret>", namespace and name in
+// unpadded base64url: release and extension find the place by its key alone.
+type token struct {
+	ns, name string
+	slot     int
+	secret   string
+}
+
+func makeToken(k Key, slot int, secret string) string {
+	enc := base64.RawURLEncoding
+	return "v1." + enc.EncodeToString([]byte(k.Namespace)) + "." + enc.EncodeToString([]byte(k.Name)) + "." + strconv.Itoa(slot) + "." + secret
+}
+
+func (l *Locker) parse(s string) (token, error) {
+	bad := fmt.Errorf("%w: %q is not a lock token; pass Hold.Token as Take returned it", ErrInvalid, s)
+	parts := strings.Split(s, ".")
+	if len(parts) != 5 || parts[0] != "v1" {
+		return token{}, bad
+	}
+	enc := base64.RawURLEncoding
+	ns, err1 := enc.DecodeString(parts[1])
+	name, err2 := enc.DecodeString(parts[2])
+	slot, err3 := strconv.Atoi(parts[3])
+	if err1 != nil || err2 != nil || err3 != nil || slot < 0 || slot >= MaxHolders || len(parts[4]) != 32 || checkName(string(name)) != nil {
+		return token{}, bad
+	}
+	if string(ns) != l.ns {
+		return token{}, fmt.Errorf("lock %q: %w: the token was taken in namespace %q, this locker's is %q; use that namespace's locker",
+			name, ErrWrongNamespace, ns, l.ns)
+	}
+	return token{ns: string(ns), name: string(name), slot: slot, secret: parts[4]}, nil
+}
+
+func newSecret() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

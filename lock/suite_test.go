@@ -1,0 +1,494 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/lock"
+)
+
+// A backend opens stores for one test. open returns a function that makes
+// a store over its own connections (its own pool or client) to the one
+// shared place the test's locks live in.
+type backend struct {
+	name string
+	open func(t *testing.T) func(t *testing.T) lock.Store
+}
+
+// runSuite runs the conformance suite against every backend.
+func runSuite(t *testing.T, b backend) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, newStore func(t *testing.T) lock.Store)
+	}{
+		{"Mutex", testMutex},
+		{"ThreeAtATime", testThreeAtATime},
+		{"WaiterPastWait", testWaiterPastWait},
+		{"CrashedHolder", testCrashedHolder},
+		{"Extension", testExtension},
+		{"FenceGrows", testFenceGrows},
+		{"Namespaces", testNamespaces},
+		{"BadInput", testBadInput},
+		{"ReleaseName", testReleaseName},
+		{"Cancel", testCancel},
+	}
+	for _, tc := range tests {
+		t.Run(b.name+"/"+tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, b.open(t))
+		})
+	}
+}
+
+func locker(t *testing.T, s lock.Store, ns string) *lock.Locker {
+	t.Helper()
+	l, err := lock.New(s, lock.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustTake(t *testing.T, l *lock.Locker, name string, o lock.Options) lock.Hold {
+	t.Helper()
+	h, ok, err := l.Take(ctxT(t), name, o)
+	if err != nil || !ok {
+		t.Fatalf("take %q: ok=%v err=%v", name, ok, err)
+	}
+	return h
+}
+
+func mustNotTake(t *testing.T, l *lock.Locker, name string, o lock.Options) {
+	t.Helper()
+	h, ok, err := l.Take(ctxT(t), name, o)
+	if err != nil || ok {
+		t.Fatalf("take %q should find it held: ok=%v err=%v hold=%+v", name, ok, err, h)
+	}
+}
+
+// 50 goroutines over 3 lockers with separate connections increment a
+// counter under the lock: no lost update, never two holders, and the fence
+// of each acquisition is above every fence before it.
+func testMutex(t *testing.T, newStore func(t *testing.T) lock.Store) {
+	ctx := ctxT(t)
+	var lockers []*lock.Locker
+	for range 3 {
+		lockers = append(lockers, locker(t, newStore(t), "mutex"))
+	}
+	var (
+		counter   int // guarded by the lock under test alone
+		holders   atomic.Int32
+		maxSeen   atomic.Int32
+		lastFence int64 // guarded by the lock under test alone
+		fenceErr  atomic.Value
+	)
+	const n = 50
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	start := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := lockers[i%3]
+			h, ok, err := l.Take(ctx, "counter", lock.Options{TTL: 30 * time.Second, Wait: time.Minute, RetryDelay: 2 * time.Second})
+			if err != nil || !ok {
+				errs <- fmt.Errorf("goroutine %d: ok=%v err=%v", i, ok, err)
+				return
+			}
+			if c := holders.Add(1); c > maxSeen.Load() {
+				maxSeen.Store(c)
+			}
+			if h.Fence <= lastFence {
+				fenceErr.Store(fmt.Sprintf("fence %d after %d", h.Fence, lastFence))
+			}
+			lastFence = h.Fence
+			v := counter
+			time.Sleep(time.Millisecond) // widen the window a lost update needs
+			counter = v + 1
+			holders.Add(-1)
+			if err := l.Release(ctx, h.Token); err != nil {
+				errs <- fmt.Errorf("goroutine %d: release: %w", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if counter != n {
+		t.Errorf("counter = %d after %d locked increments: an update was lost", counter, n)
+	}
+	if m := maxSeen.Load(); m != 1 {
+		t.Errorf("%d holders at once on a mutex", m)
+	}
+	if v := fenceErr.Load(); v != nil {
+		t.Errorf("fence did not grow: %v", v)
+	}
+	t.Logf("%d locked increments over 3 lockers in %v", n, time.Since(start))
+}
+
+// Six callers on MaxHolders 3: three hold at once, three wait; each release
+// hands its place to a waiter at once (well under RetryDelay), never more
+// than three at once.
+func testThreeAtATime(t *testing.T, newStore func(t *testing.T) lock.Store) {
+	ctx := ctxT(t)
+	const retry = 20 * time.Second // a waiter that needed its retry delay would fail the test
+	opts := lock.Options{MaxHolders: 3, TTL: time.Minute, Wait: time.Minute, RetryDelay: retry}
+	failed := make(chan struct{}, 100)
+	lockers := []*lock.Locker{locker(t, &observed{newStore(t), failed}, "sem"), locker(t, &observed{newStore(t), failed}, "sem")}
+	type in struct {
+		who  int
+		at   time.Time
+		hold lock.Hold
+	}
+	ins := make(chan in, 6)
+	release := make([]chan struct{}, 6)
+	var inside, maxInside atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for i := range 6 {
+		release[i] = make(chan struct{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := lockers[i%2]
+			h, ok, err := l.Take(ctx, "payments", opts)
+			if err != nil || !ok {
+				errs <- fmt.Errorf("caller %d: ok=%v err=%v", i, ok, err)
+				return
+			}
+			if c := inside.Add(1); c > maxInside.Load() {
+				maxInside.Store(c)
+			}
+			ins <- in{i, time.Now(), h}
+			<-release[i]
+			inside.Add(-1)
+			if err := l.Release(ctx, h.Token); err != nil {
+				errs <- fmt.Errorf("caller %d: release: %w", i, err)
+			}
+		}()
+	}
+	recv := func() in {
+		select {
+		case x := <-ins:
+			return x
+		case err := <-errs:
+			t.Fatal(err)
+		case <-time.After(retry / 2):
+			t.Fatalf("no caller took a place within %v", retry/2)
+		}
+		return in{}
+	}
+	var holding []in
+	for range 3 {
+		holding = append(holding, recv())
+	}
+	slots := map[int]bool{}
+	for _, h := range holding {
+		slots[h.hold.Slot] = true
+	}
+	if len(slots) != 3 {
+		t.Fatalf("three holders share slots: %+v", holding)
+	}
+	// The other three are waiting: each found every place held, and a
+	// fourth place is not to be had.
+	for range 3 {
+		recv2(t, failed, "a waiter's failed try")
+	}
+	mustNotTake(t, locker(t, newStore(t), "sem"), "payments", lock.Options{MaxHolders: 3})
+	select {
+	case x := <-ins:
+		t.Fatalf("a fourth caller (%d) got in while three held", x.who)
+	default:
+	}
+	var lat []time.Duration
+	for len(holding) > 0 {
+		h := holding[0]
+		holding = holding[1:]
+		at := time.Now()
+		close(release[h.who])
+		if len(lat) < 3 {
+			next := recv()
+			lat = append(lat, next.at.Sub(at))
+			holding = append(holding, next)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if m := maxInside.Load(); m != 3 {
+		t.Errorf("max holders at once = %d, want 3", m)
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	t.Logf("release to waiter: %v (RetryDelay %v)", lat, retry)
+	if lat[len(lat)-1] > 3*time.Second {
+		t.Errorf("a waiter took %v to take a freed place; a wake should hand it over well under the %v retry delay", lat[len(lat)-1], retry)
+	}
+}
+
+// A waiter past its Wait gets false, or ErrNotAcquired with MustAcquire.
+func testWaiterPastWait(t *testing.T, newStore func(t *testing.T) lock.Store) {
+	ctx := ctxT(t)
+	s := newStore(t)
+	a, b := locker(t, s, "wait"), locker(t, newStore(t), "wait")
+	mustTake(t, a, "report", lock.Options{TTL: time.Minute})
+	const wait = 300 * time.Millisecond
+	start := time.Now()
+	_, ok, err := b.Take(ctx, "report", lock.Options{Wait: wait, RetryDelay: 100 * time.Millisecond})
+	waited := time.Since(start)
+	if err != nil || ok {
+		t.Fatalf("take past wait: ok=%v err=%v", ok, err)
+	}
+	if waited < wait {
+		t.Fatalf("gave up after %v, before its wait of %v", waited, wait)
+	}
+	t.Logf("gave up after %v (wait %v)", waited, wait)
+	_, ok, err = b.Take(ctx, "report", lock.Options{Wait: wait, MustAcquire: true})
+	if ok || !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("MustAcquire: ok=%v err=%v, want ErrNotAcquired", ok, err)
+	}
+	var na *lock.NotAcquiredError
+	if !errors.As(err, &na) || na.Name != "report" || na.Namespace != "wait" || na.Waited < wait {
+		t.Fatalf("error %v does not name the lock and its wait: %+v", err, na)
+	}
+	if !strings.Contains(err.Error(), "wait/report") {
+		t.Errorf("error text %q does not name the lock", err)
+	}
+	// Tries alone bounds a wait too.
+	_, ok, err = b.Take(ctx, "report", lock.Options{Tries: 3, RetryDelay: 10 * time.Millisecond, MustAcquire: true})
+	if ok || !errors.As(err, &na) || na.Tries != 3 {
+		t.Fatalf("Tries 3: ok=%v err=%v", ok, err)
+	}
+}
+
+// A holder that never releases blocks the others only until its TTL; then
+// its release and extension fail.
+func testCrashedHolder(t *testing.T, newStore func(t *testing.T) lock.Store) {
+	ctx := ctxT(t)
+	crashed, next := locker(t, newStore(t), "crash"), locker(t, newStore(t), "crash")
+	const ttl = 500 * time.Millisecond
+	start := time.Now()
+	h := mustTake(t, crashed, "job", lock.Options{TTL: ttl})
+	// A retry delay far beyond the TTL: the waiter must wake at the expiry.
+	got, ok, err := next.Take(ctx, "job", lock.Options{Wait: time.Minute, RetryDelay: 30 * time.Second})
+	took := time.Since(start)
+	if err != nil || !ok {
+		t.Fatalf("take after the crashed holder's TTL: ok=%v err=%v", ok, err)
+	}
+	t.Logf("crashed holder's TTL %v; next holder in after %v", ttl, took)
+	if took < ttl-50*time.Millisecond {
+		t.Fatalf("took the place after %v, before the holder's TTL of %v", took, ttl)
+	}
+	if took > ttl+5*time.Second {
+		t.Fatalf("took the place %v after the start: the waiter did not wake at the holder's expiry", took)
+	}
+	if got.Fence <= h.Fence {
+		t.Errorf("fence %d after %d", got.Fence, h.Fence)
+	}
+	if err := crashed.Release(ctx, h.Token); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("release by the expired holder: %v, want ErrNotHeld", err)
+	}
+	if _, ok, err := crashed.Take(ctx, "job", lock.Options{Token: h.Token, TTL: time.Minute}); ok || !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("extension by the expired holder: ok=%v err=%v, want ErrNotHeld", ok, err)
+	}
+	// Its failed release changed nothing: the place is still the next's.
+	mustNotTake(t, crashed, "job", lock.Options{})
+	if err := next.Release(ctx, got.Token); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Taking again with the token keeps the place past the first TTL, with the
+// same fence.
+func testExtension(t *testing.T, newStore func(t *testing.T) lock.Store) {
+	ctx := ctxT(t)
+	a, b := locker(t, newStore(t), "ext"), locker(t, newStore(t), "ext")
+	const ttl = 300 * time.Millisecond
+	h := mustTake(t, a, "batch", lock.Options{TTL: ttl})
+	e, ok, err := a.Take(ctx, "batch", lock.Options{Token: h.Token, TTL: time.Minute})
+	if err != nil || !ok {
+		t.Fatalf("extend: ok=%v err=%v", ok, err)
+	}
+	if e.Fence != h.Fence || e.Token != h.Token || e.Slot != h.Slot {
+		t.Errorf("extension changed the hold: %+v -> %+v", h, e)
+	}
+	if !e.Expires.After(h.Expires) {
+		t.Errorf("extended hold expires %v, not after %v", e.Expires, h.Expires)
+	}
+	// Wait three first TTLs: the extended hold still keeps the place.
+	start := time.Now()
+	_, ok, err = b.Take(ctx, "batch", lock.Options{Wait: 3 * ttl, RetryDelay: 50 * time.Millisecond})
+	if err != nil || ok {
+		t.Fatalf("took the place %v after its hold was extended: ok=%v err=%v", time.Since(start), ok, err)
+	}
+	if err := a.Release(ctx, h.Token); err != nil {
+		t.Fatalf("release of the extended hold: %v", err)
+	}
+	// A token of another name is refused.
+	h2 := mustTake(t, a, "other", lock.Options{})
+	if _, _, err := a.Take(ctx, "batch", lock.Options{Token: h2.Token}); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("extension of %q with the token of %q: %v", "batch", "other", err)
+	}
+}
+
+// The fencing number grows with each new acquisition, across lockers and
+// slots, never with an extension.
+func testFenceGrows(t *testing.T, newStore func(t *testing.T) lock.Store) {
+	ctx := ctxT(t)
+	ls := []*lock.Locker{locker(t, newStore(t), "fence"), locker(t, newStore(t), "fence")}
+	var last int64
+	for i := range 6 {
+		l := ls[i%2]
+		h := mustTake(t, l, "row", lock.Options{MaxHolders: 2})
+		if h.Fence <= last {
+			t.Fatalf("acquisition %d: fence %d after %d", i, h.Fence, last)
+		}
+		last = h.Fence
+		e, _, err := l.Take(ctx, "row", lock.Options{Token: h.Token, MaxHolders: 2})
+		if err != nil || e.Fence != h.Fence {
+			t.Fatalf("extension: fence %d -> %d, err %v", h.Fence, e.Fence, err)
+		}
+		if i%3 != 2 { // sometimes keep the place, so slots differ
+			if err := l.Release(ctx, h.Token); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// Two namespaces never meet: the same name is held in each, and a token of
+// one is refused by the other without changing anything.
+func testNamespaces(t *testing.T, newStore func(t *testing.T) lock.Store) {
+	ctx := ctxT(t)
+	s := newStore(t)
+	a, b := locker(t, s, "tenant-a"), locker(t, newStore(t), "tenant-b")
+	ha := mustTake(t, a, "order:7", lock.Options{})
+	hb := mustTake(t, b, "order:7", lock.Options{})
+	if err := b.Release(ctx, ha.Token); !errors.Is(err, lock.ErrWrongNamespace) {
+		t.Fatalf("release in b with a's token: %v, want ErrWrongNamespace", err)
+	}
+	if _, _, err := b.Take(ctx, "order:7", lock.Options{Token: ha.Token}); !errors.Is(err, lock.ErrWrongNamespace) {
+		t.Fatalf("extension in b with a's token: %v, want ErrWrongNamespace", err)
+	}
+	mustNotTake(t, locker(t, newStore(t), "tenant-a"), "order:7", lock.Options{})
+	if err := a.Release(ctx, ha.Token); err != nil {
+		t.Fatal(err)
+	}
+	mustNotTake(t, locker(t, s, "tenant-b"), "order:7", lock.Options{})
+	if err := b.Release(ctx, hb.Token); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Bad input gets a clear error and changes nothing.
+func testBadInput(t *testing.T, newStore func(t *testing.T) lock.Store) {
+	ctx := ctxT(t)
+	l := locker(t, newStore(t), "bad")
+	h := mustTake(t, l, "held", lock.Options{})
+	for _, tc := range []struct {
+		name string
+		o    lock.Options
+		want string
+	}{
+		{"", lock.Options{}, "empty lock name"},
+		{strings.Repeat("x", lock.MaxName+1), lock.Options{}, "more than 255"},
+		{"held", lock.Options{TTL: -time.Second}, "Options.TTL"},
+		{"held", lock.Options{MaxHolders: -1}, "Options.MaxHolders"},
+		{"held", lock.Options{Wait: -1}, "Options.Wait"},
+		{"held", lock.Options{Token: "nonsense"}, "not a lock token"},
+	} {
+		_, ok, err := l.Take(ctx, tc.name, tc.o)
+		if ok || !errors.Is(err, lock.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("take %.20q %+v: ok=%v err=%v, want ErrInvalid naming %q", tc.name, tc.o, ok, err, tc.want)
+		}
+	}
+	// A well-formed token that was never taken.
+	forged := h.Token[:len(h.Token)-32] + strings.Repeat("0", 32)
+	if err := l.Release(ctx, forged); !errors.Is(err, lock.ErrNotHeld) || !strings.Contains(err.Error(), `"bad/held"`) {
+		t.Errorf("release with an unknown token: %v", err)
+	}
+	if err := l.Release(ctx, "v1.x"); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("release with a malformed token: %v", err)
+	}
+	// Nothing changed: the hold is still there, and still releases once.
+	mustNotTake(t, locker(t, newStore(t), "bad"), "held", lock.Options{})
+	if err := l.Release(ctx, h.Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx, h.Token); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("second release: %v, want ErrNotHeld", err)
+	}
+	if _, err := lock.New(newStore(t), lock.Config{Namespace: strings.Repeat("n", lock.MaxName+1)}); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("overlong namespace: %v", err)
+	}
+}
+
+// Release by name gives back this locker's holds, and only those.
+func testReleaseName(t *testing.T, newStore func(t *testing.T) lock.Store) {
+	ctx := ctxT(t)
+	a, b := locker(t, newStore(t), "byname"), locker(t, newStore(t), "byname")
+	mustTake(t, a, "k", lock.Options{MaxHolders: 3})
+	mustTake(t, a, "k", lock.Options{MaxHolders: 3})
+	hb := mustTake(t, b, "k", lock.Options{MaxHolders: 3})
+	if err := a.ReleaseName(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	h1 := mustTake(t, a, "k", lock.Options{MaxHolders: 3})
+	h2 := mustTake(t, a, "k", lock.Options{MaxHolders: 3})
+	mustNotTake(t, a, "k", lock.Options{MaxHolders: 3}) // b's hold survived
+	for _, tok := range []string{h1.Token, h2.Token, hb.Token} {
+		if err := map[bool]*lock.Locker{true: b, false: a}[tok == hb.Token].Release(ctx, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.ReleaseName(ctx, "k"); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("release by name with nothing held: %v", err)
+	}
+}
+
+// A waiting Take ends with its context.
+func testCancel(t *testing.T, newStore func(t *testing.T) lock.Store) {
+	a, b := locker(t, newStore(t), "cancel"), locker(t, newStore(t), "cancel")
+	mustTake(t, a, "k", lock.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := b.Take(ctx, "k", lock.Options{Wait: time.Hour, RetryDelay: time.Hour})
+		done <- err
+	}()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled take: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a cancelled take still waits after 10s")
+	}
+}
+
+func recv2(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %s within 30s", what)
+	}
+}

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/migrations"
+)
+
+func init() {
+	register("migrate", "create the reference inbox table (and, on Postgres with --trigger, its notify trigger)", migrate)
+}
+
+func migrate(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	db := fs.String("db", "", "database URL (required)")
+	table := fs.String("table", "", "inbox table to create (required)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *db == "" || *table == "" {
+		return fmt.Errorf("--db and --table are required")
+	}
+	b, err := inbox.Open(*db)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if err := migrations.Apply(ctx, b.DB(), *table); err != nil {
+		return err
+	}
+	fmt.Printf("table %s is in place on %s\n", *table, b.Dialect())
+	return nil
+}

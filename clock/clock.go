@@ -48,10 +48,20 @@ func (h hostTimer) Stop() bool          { return h.t.Stop() }
 
 // Database makes every statement read the database's clock (now() on
 // Postgres, the SQLite engine's clock on SQLite) instead of taking a time
-// from the host. Timers and Now still run on the host's clock: they pace
-// polls and lease extensions, which tolerate skew; the comparisons that
-// decide who holds a row are made by the database alone.
-type Database struct{ Host }
+// from the host. Timers and Now still run on Clock (the host's when nil):
+// they pace polls and lease extensions, which tolerate skew; the comparisons
+// that decide who holds a row are made by the database alone.
+type Database struct {
+	// Clock paces timers; nil means Host. Tests put a Fake here to drive
+	// polls while the database keeps the time.
+	Clock Clock
+}
+
+// Now reads the pacing clock.
+func (d Database) Now() time.Time { return OrHost(d.Clock).Now() }
+
+// NewTimer makes a timer on the pacing clock.
+func (d Database) NewTimer(t time.Duration) Timer { return OrHost(d.Clock).NewTimer(t) }
 
 // InDatabase reports whether statements should take their time from the
 // database's own clock rather than from c.Now.

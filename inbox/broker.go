@@ -240,6 +240,9 @@ func (b *Broker) DB() *sql.DB { return b.db }
 // Dialect names the database engine: "sqlite" or "postgres".
 func (b *Broker) Dialect() string { return b.d.String() }
 
+// Hub returns the in-process hub the broker's publishes wake.
+func (b *Broker) Hub() *notify.Hub { return b.hub }
+
 // Listener returns the broker's Postgres listener, nil unless ListenNotify.
 func (b *Broker) Listener() *notify.Listener { return b.listener }
 

@@ -89,7 +89,7 @@ func Delay(d time.Duration) PublishOption {
 // or now plus Delay; attempts, last_error and created_at take their defaults.
 // It returns the new row's id.
 func Publish[T any](ctx context.Context, b *Broker, q Queue[T], row T, opts ...PublishOption) (int64, error) {
-	id, err := publish(ctx, b, q, row, opts, func(query string, args ...any) *sql.Row {
+	id, err := publish(ctx, b, b.db, q, row, opts, func(query string, args ...any) *sql.Row {
 		return b.db.QueryRowContext(ctx, query, args...)
 	})
 	if err != nil {
@@ -107,17 +107,22 @@ func Publish[T any](ctx context.Context, b *Broker, q Queue[T], row T, opts ...P
 // misses the row until the next poll: call Broker.Wake after committing.
 func PublishTx[T any](ctx context.Context, b *Broker, tx any, q Queue[T], row T, opts ...PublishOption) (int64, error) {
 	var queryRow func(query string, args ...any) scanner
+	// The catalog is read (once, SQLite only) inside the transaction: on
+	// SQLite another connection would wait for the transaction's write lock.
+	var catalog dialect.Querier = b.db
 	switch t := tx.(type) {
 	case *sql.Tx:
 		queryRow = func(query string, args ...any) scanner { return t.QueryRowContext(ctx, query, args...) }
+		catalog = t
 	case *sqlx.Tx:
 		queryRow = func(query string, args ...any) scanner { return t.QueryRowContext(ctx, query, args...) }
+		catalog = t
 	case pgx.Tx:
 		queryRow = func(query string, args ...any) scanner { return t.QueryRow(ctx, query, args...) }
 	default:
 		return 0, fmt.Errorf("inbox: PublishTx takes a *sql.Tx, *sqlx.Tx or pgx.Tx, got %T", tx)
 	}
-	id, err := publish(ctx, b, q, row, opts, func(query string, args ...any) scanner { return queryRow(query, args...) })
+	id, err := publish(ctx, b, catalog, q, row, opts, func(query string, args ...any) scanner { return queryRow(query, args...) })
 	if err != nil {
 		return 0, err
 	}
@@ -127,7 +132,7 @@ func PublishTx[T any](ctx context.Context, b *Broker, tx any, q Queue[T], row T,
 
 type scanner interface{ Scan(dest ...any) error }
 
-func publish[T any, S scanner](ctx context.Context, b *Broker, q Queue[T], row T, opts []PublishOption, queryRow func(string, ...any) S) (int64, error) {
+func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Querier, q Queue[T], row T, opts []PublishOption, queryRow func(string, ...any) S) (int64, error) {
 	if q.shape == nil {
 		return 0, fmt.Errorf("inbox: publish to a zero Queue: make it with NewQueue")
 	}
@@ -135,7 +140,11 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, q Queue[T], row T
 	for _, o := range opts {
 		o(&cfg)
 	}
-	query, fields := b.insertSQL(q.table, q.shape)
+	tm, err := b.times(ctx, catalog, q.table, q.shape)
+	if err != nil {
+		return 0, err
+	}
+	query, fields := b.insertSQL(q.table, q.shape, tm)
 	v := reflect.ValueOf(row)
 	args := make([]any, 0, len(fields)+3)
 	for _, f := range fields {
@@ -147,11 +156,7 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, q Queue[T], row T
 	}
 	var lockedUntil any
 	if cfg.delay > 0 {
-		tm, err := b.times(ctx, q.table, q.shape)
-		if err != nil {
-			return 0, err
-		}
-		lockedUntil = tm.Encode(b.clock.Now().Add(cfg.delay))
+		lockedUntil = tm.Arg(b.clock.Now(), cfg.delay)
 	}
 	args = append(args, lockedUntil)
 	if b.listener != nil {
@@ -165,7 +170,7 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, q Queue[T], row T
 }
 
 // times is how table keeps locked_until, read from the catalog once.
-func (b *Broker) times(ctx context.Context, table string, s *shape) (dialect.Times, error) {
+func (b *Broker) times(ctx context.Context, catalog dialect.Querier, table string, s *shape) (dialect.Times, error) {
 	b.mu.Lock()
 	tm, ok := b.encodings[table]
 	b.mu.Unlock()
@@ -174,7 +179,7 @@ func (b *Broker) times(ctx context.Context, table string, s *shape) (dialect.Tim
 	}
 	tm = dialect.Times{Kind: b.d.Kind, Encoding: dialect.EncodingFor(b.d.Kind, ""), InDatabase: clock.InDatabase(b.clock)}
 	if b.d.Kind == dialect.SQLite {
-		cols, err := b.d.Columns(ctx, b.db, table)
+		cols, err := b.d.Columns(ctx, catalog, table)
 		if err != nil {
 			return tm, fmt.Errorf("inbox: %w", err)
 		}
@@ -193,13 +198,13 @@ func (b *Broker) times(ctx context.Context, table string, s *shape) (dialect.Tim
 // insertSQL builds (once per table) the publish statement and the fields it
 // writes, in order: then locked_until, then (with ListenNotify) channel and
 // payload of the notification.
-func (b *Broker) insertSQL(table string, s *shape) (string, []field) {
+func (b *Broker) insertSQL(table string, s *shape, tm dialect.Times) (string, []field) {
 	key := table + "\x00" + s.typ.String()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ins, ok := b.inserts[key]
 	if !ok {
-		ins = insert{query: insertStatement(b.d, table, s, b.listener != nil), fields: insertColumns(s)}
+		ins = insert{query: insertStatement(b.d, table, s, tm, b.listener != nil), fields: insertColumns(s)}
 		b.inserts[key] = ins
 	}
 	return ins.query, ins.fields
@@ -222,7 +227,7 @@ func insertColumns(s *shape) []field {
 	return out
 }
 
-func insertStatement(d *dialect.Dialect, table string, s *shape, notify bool) string {
+func insertStatement(d *dialect.Dialect, table string, s *shape, tm dialect.Times, notify bool) string {
 	fields := insertColumns(s)
 	cols := make([]string, 0, len(fields)+1)
 	params := make([]string, 0, len(fields)+1)
@@ -231,7 +236,11 @@ func insertStatement(d *dialect.Dialect, table string, s *shape, notify bool) st
 		params = append(params, fmt.Sprintf("$%d", i+1))
 	}
 	cols = append(cols, dialect.Quote(s.column(RoleLockedUntil)))
-	params = append(params, fmt.Sprintf("$%d", len(fields)+1))
+	n := len(fields) + 1
+	params = append(params, fmt.Sprintf("CASE WHEN $%d IS NULL THEN NULL ELSE %s END", n, tm.At(n)))
+	if d.Kind == dialect.Postgres && !tm.InDatabase {
+		params[len(params)-1] = fmt.Sprintf("$%d", n)
+	}
 	insert := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) RETURNING %s",
 		dialect.Quote(table), strings.Join(cols, ", "), strings.Join(params, ", "), dialect.Quote(s.column(RoleID)))
 	if notify {

@@ -381,8 +381,21 @@ func (s *Subscription) Run(ctx context.Context) error {
 		ctxDone   = ctx.Done()
 		pollArmed = true
 		pollDue   = b.clock.Now().Add(b.poll)
+		// A claim that came back short holds the next wake-driven claim
+		// for wakeCooldown (host time: it paces statements, not the
+		// table's time), so a burst of wakes costs a few claims.
+		lastShort time.Time
+		cooling   bool
+		coolTimer = time.NewTimer(time.Hour)
 	)
-	defer func() { poll.Stop() }()
+	coolTimer.Stop()
+	defer func() { poll.Stop(); coolTimer.Stop() }()
+	cool := func() {
+		if wait := wakeCooldown - time.Since(lastShort); wait > 0 {
+			cooling = true
+			coolTimer.Reset(wait)
+		}
+	}
 	rearm := func(d time.Duration) {
 		poll.Stop()
 		pollDue = b.clock.Now().Add(d)
@@ -391,7 +404,7 @@ func (s *Subscription) Run(ctx context.Context) error {
 	}
 
 	for {
-		for !stopping && !idle && free > 0 && inflight < maxClaims && inflight+s.claimer.Held() < conns {
+		for !stopping && !idle && !cooling && free > 0 && inflight < maxClaims && inflight+s.claimer.Held() < conns {
 			k := free
 			if batch > 0 {
 				k = min(k, batch)
@@ -451,7 +464,12 @@ func (s *Subscription) Run(ctx context.Context) error {
 					failures, lastErr = 0, ""
 				}
 				idle = true
+				lastShort = time.Now()
 				rearm(b.poll)
+			case len(r.jobs) < r.asked:
+				// Woken while the claim ran: claim again, after the cooldown.
+				lastShort = time.Now()
+				cool()
 			default:
 				if failures > 0 {
 					log.Info("inbox: claims work again", "table", s.table)
@@ -462,9 +480,12 @@ func (s *Subscription) Run(ctx context.Context) error {
 			free++
 		case <-waiter.C():
 			wakeGen++
-			if failures == 0 {
+			if failures == 0 && idle {
 				idle = false
+				cool()
 			}
+		case <-coolTimer.C:
+			cooling = false
 		case <-pollC:
 			// Like a wake: a claim in flight now may have started too early
 			// to see what the poll is for.
@@ -492,6 +513,10 @@ func (s *Subscription) Run(ctx context.Context) error {
 	<-finished
 	return nil
 }
+
+// wakeCooldown is the least time between a claim that came back short and
+// the next claim a wake starts.
+const wakeCooldown = 2 * time.Millisecond
 
 // settleTimeout bounds a settlement statement, which must not be cut short
 // by the subscription's own shutdown.

@@ -21,8 +21,13 @@ type Index struct {
 	Columns []string
 }
 
+// Querier runs a query: a *sql.DB, *sql.Conn or *sql.Tx.
+type Querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
 // Columns reads the columns of table from the catalog; none means no table.
-func (d *Dialect) Columns(ctx context.Context, db *sql.DB, table string) ([]Column, error) {
+func (d *Dialect) Columns(ctx context.Context, db Querier, table string) ([]Column, error) {
 	var rows *sql.Rows
 	var err error
 	if d.Kind == Postgres {
@@ -54,7 +59,7 @@ ORDER BY a.attnum`, Quote(table))
 
 // Indexes reads the indexes of table with their columns in order. On SQLite
 // an INTEGER PRIMARY KEY is the rowid itself and is reported as an index.
-func (d *Dialect) Indexes(ctx context.Context, db *sql.DB, table string) ([]Index, error) {
+func (d *Dialect) Indexes(ctx context.Context, db Querier, table string) ([]Index, error) {
 	var out []Index
 	if d.Kind == Postgres {
 		rows, err := db.QueryContext(ctx, `SELECT c.relname, string_agg(a.attname, ',' ORDER BY k.ord)

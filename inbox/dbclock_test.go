@@ -1,0 +1,72 @@
+package inbox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/inbox"
+)
+
+// With the database clock, a host whose clock runs an hour ahead still
+// never takes a row another instance holds under a lease; with its own
+// clock it does (the control), which is what the database clock is for.
+func TestDatabaseClockIgnoresHostSkew(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		for _, tc := range []struct {
+			name     string
+			database bool
+		}{{"database clock", true}, {"skewed host clock (control)", false}} {
+			t.Run(tc.name, func(t *testing.T) {
+				holder := open(t, url, inbox.WithClock(clock.Database{}))
+				if _, err := holder.DB().Exec("DELETE FROM jobs"); err != nil {
+					t.Fatal(err)
+				}
+				insert(t, holder.DB(), 1)
+				ahead := clock.NewFake(time.Now().Add(time.Hour))
+				var skewed clock.Clock = ahead
+				if tc.database {
+					skewed = clock.Database{Clock: ahead}
+				}
+				other := open(t, url, inbox.WithClock(skewed), inbox.PollInterval(time.Second))
+
+				started, finish := make(chan struct{}), make(chan struct{})
+				held, err := inbox.Subscribe(holder, inbox.MustQueue[Job]("jobs"), func(ctx context.Context, j Job) error {
+					close(started)
+					<-finish
+					return nil
+				}, inbox.Lease(time.Minute))
+				if err != nil {
+					t.Fatal(err)
+				}
+				stopHolder := run(t, held)
+				<-started
+				defer func() { close(finish); stopHolder() }()
+
+				ev := newEvents()
+				thief, err := inbox.Subscribe(other, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil },
+					inbox.Observe(ev.observe))
+				if err != nil {
+					t.Fatal(err)
+				}
+				run(t, thief)
+				if !tc.database {
+					ev.wait(t, "the skewed host to take the row (control)", func(e []inbox.Event) bool { return len(e) == 1 })
+					return
+				}
+				for range 5 { // five polls of the skewed instance
+					idle(t, thief)
+					ahead.Advance(time.Second)
+				}
+				idle(t, thief)
+				if n := ev.len(); n != 0 {
+					t.Fatalf("an instance an hour ahead took a held row %d times on the database clock", n)
+				}
+				if got := thief.Stats().Claims; got < 5 {
+					t.Fatalf("the skewed instance claimed only %d times; the test proves nothing", got)
+				}
+			})
+		}
+	})
+}

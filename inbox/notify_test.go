@@ -1,0 +1,153 @@
+package inbox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/inboxtest"
+	"github.com/sqlinbox/sqlinbox/migrations"
+)
+
+// Two instances on one Postgres table, a poll of one minute: a publish from
+// instance A and an insert by plain SQL (announced by the trigger) are both
+// claimed by B at once; so is an insert after B's listener lost its session.
+func TestNotifyWakesOtherInstances(t *testing.T) {
+	url := inboxtest.Postgres(t)
+	a := open(t, url, inbox.ListenNotify(), inbox.PollInterval(time.Minute))
+	b := open(t, url, inbox.ListenNotify(), inbox.PollInterval(time.Minute))
+	if err := migrations.ApplyNotifyTrigger(context.Background(), a.DB(), "jobs"); err != nil {
+		t.Fatal(err)
+	}
+	q := inbox.MustQueue[Job]("jobs")
+	got := make(chan Job, 10)
+	sub, err := inbox.Subscribe(b, q, func(ctx context.Context, j Job) error { got <- j; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, sub)
+	<-b.Listener().Ready()
+	idle(t, sub)
+
+	expect := func(what string, write func() error) {
+		t.Helper()
+		start := time.Now()
+		if err := write(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case j := <-got:
+			waited := time.Since(start)
+			t.Logf("%s -> claimed by the other instance in %v (poll interval 1m)", what, waited)
+			if waited > 2*time.Second {
+				t.Fatalf("%s took %v, want well under the poll", what, waited)
+			}
+			_ = j
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s not claimed within 20s with a one-minute poll", what)
+		}
+		idle(t, sub)
+	}
+	expect("publish from instance A", func() error {
+		_, err := inbox.Publish(context.Background(), a, q, Job{Payload: []byte("a")})
+		return err
+	})
+	expect("insert by plain SQL", func() error {
+		_, err := a.DB().Exec("INSERT INTO jobs (payload) VALUES ('sql')")
+		return err
+	})
+
+	// The listener's session ends: it reconnects, and what is written after
+	// is still seen at once.
+	pid := b.Listener().PID()
+	if _, err := a.DB().Exec("SELECT pg_terminate_backend($1)", int(pid)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for b.Listener().PID() == pid || b.Listener().PID() == 0 {
+		select {
+		case <-b.Listener().Ready():
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the listener did not reconnect within 20s")
+		}
+	}
+	<-b.Listener().Ready()
+	idle(t, sub)
+	expect("insert after the listener reconnected", func() error {
+		_, err := a.DB().Exec("INSERT INTO jobs (payload) VALUES ('after')")
+		return err
+	})
+}
+
+// A burst of notifications costs a handful of claims, not one each.
+func TestNotifyBurstCoalesces(t *testing.T) {
+	url := inboxtest.Postgres(t)
+	b := open(t, url, inbox.ListenNotify(), inbox.PollInterval(time.Minute))
+	sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, sub)
+	<-b.Listener().Ready()
+	idle(t, sub)
+	before := sub.Stats().Claims
+	// Distinct payloads: Postgres folds identical notifications of one
+	// transaction into one.
+	if _, err := b.DB().Exec("SELECT pg_notify('jobs', 'g' || i) FROM generate_series(1, 1000) AS i"); err != nil {
+		t.Fatal(err)
+	}
+	// The burst is over once a notification sent after it has been seen.
+	w := inboxtestHubWait(t, b)
+	if _, err := b.DB().Exec("SELECT pg_notify('jobs', 'last')"); err != nil {
+		t.Fatal(err)
+	}
+	w()
+	idle(t, sub)
+	claims := sub.Stats().Claims - before
+	t.Logf("1000 notifications -> %d claims", claims)
+	if claims > 50 {
+		t.Fatalf("1000 notifications cost %d claims; wake-ups must coalesce", claims)
+	}
+	if claims < 1 {
+		t.Fatal("1000 notifications caused no claim at all")
+	}
+}
+
+// inboxtestHubWait subscribes to the "jobs"/"last" wake and returns a wait.
+func inboxtestHubWait(t *testing.T, b *inbox.Broker) func() {
+	w := b.Hub().Subscribe("jobs", "last")
+	return func() {
+		defer w.Close()
+		select {
+		case <-w.C():
+		case <-time.After(20 * time.Second):
+			t.Fatal("the last notification never arrived")
+		}
+	}
+}
+
+// The listener's connection counts against the pool: a pool of three with
+// a listener still runs eight workers, never failing.
+func TestNotifyWithSmallPool(t *testing.T) {
+	url := inboxtest.Postgres(t)
+	b := open(t, url, inbox.ListenNotify(), inbox.MaxConns(3))
+	insert(t, b.DB(), 50)
+	ev := newEvents()
+	sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil },
+		inbox.Workers(8), inbox.Observe(ev.observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, sub)
+	evs := ev.wait(t, "50 handlings", func(e []inbox.Event) bool { return len(e) >= 50 })
+	if n := count(evs, inbox.Acked); n != 50 {
+		t.Fatalf("%d of %d acked", n, len(evs))
+	}
+	if _, err := inbox.Open(url, inbox.ListenNotify(), inbox.MaxConns(2)); err == nil {
+		t.Fatal("a pool of two with a listener was accepted")
+	}
+}
+

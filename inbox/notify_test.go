@@ -150,4 +150,3 @@ func TestNotifyWithSmallPool(t *testing.T) {
 		t.Fatal("a pool of two with a listener was accepted")
 	}
 }
-

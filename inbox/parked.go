@@ -6,6 +6,7 @@ import (
 	"reflect"
 
 	"github.com/sqlinbox/sqlinbox/claim"
+	"github.com/sqlinbox/sqlinbox/clock"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
 
@@ -75,4 +76,27 @@ func groupArg[T any](q Queue[T]) any {
 		return nil
 	}
 	return q.group
+}
+
+// Counts are a queue's rows by state.
+type Counts struct {
+	Available int64 // claimable now
+	Held      int64 // leased, or delayed (a retry or a delayed publish)
+	Parked    int64 // failed their last attempt; see ListParked
+}
+
+// Count counts the rows of q by state, on the broker's clock.
+func Count[T any](ctx context.Context, b *Broker, q Queue[T]) (Counts, error) {
+	t, stmts, err := adminSQL(ctx, b, q)
+	if err != nil {
+		return Counts{}, err
+	}
+	t.Times.InDatabase = clock.InDatabase(b.clock)
+	stmts = b.d.Inbox(t.Table, t.Times)
+	var c Counts
+	if err := b.db.QueryRowContext(ctx, stmts.Count, t.Times.Arg(b.clock.Now(), 0), t.Times.Encode(dialect.Never), groupArg(q)).
+		Scan(&c.Available, &c.Held, &c.Parked); err != nil {
+		return Counts{}, fmt.Errorf("inbox: count rows of %q: %w", q.table, err)
+	}
+	return c, nil
 }

@@ -119,3 +119,33 @@ func TestRetryAfter(t *testing.T) {
 		ev.wait(t, "the ack", func(e []inbox.Event) bool { return count(e, inbox.Acked) == 1 })
 	})
 }
+
+// Count tells available, held and parked rows apart.
+func TestCount(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		clk := fake()
+		b := open(t, url, inbox.WithClock(clk))
+		q := inbox.MustQueue[Job]("jobs")
+		ctx := context.Background()
+		for _, d := range []time.Duration{0, 0, time.Hour} {
+			if _, err := inbox.Publish(ctx, b, q, Job{Payload: []byte("x")}, inbox.Delay(d)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Parked as the library parks: locked_until at 9999-12-31 UTC.
+		if _, err := b.DB().Exec("UPDATE jobs SET locked_until = '9999-12-31 00:00:00.000+00:00' WHERE id = 1"); err != nil {
+			t.Fatal(err)
+		}
+		c, err := inbox.Count(ctx, b, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c != (inbox.Counts{Available: 1, Held: 1, Parked: 1}) {
+			t.Fatalf("counts = %+v, want one of each", c)
+		}
+		clk.Advance(2 * time.Hour)
+		if c, err = inbox.Count(ctx, b, q); err != nil || c.Available != 2 {
+			t.Fatalf("after the delay: %+v, %v", c, err)
+		}
+	})
+}

@@ -59,6 +59,9 @@ type InboxSQL struct {
 	Unlock string
 	// Parked lists parked rows in id order: $1 never, $2 group.
 	Parked string
+	// Count counts rows by state: $1 now, $2 never, $3 group. Returns
+	// available, held (leased or delayed), parked.
+	Count string
 	// Unpark makes parked rows available again with no attempts: $1 never,
 	// $2 ids (ListArg).
 	Unpark string
@@ -125,6 +128,11 @@ func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 	s.RetryLocked = d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s%s%s WHERE %s", t.Name, lu, tm.At(3), bump, bumpErr, byID))
 	s.ParkLocked = d.Rebind(fmt.Sprintf("UPDATE %s SET %s = $3%s%s WHERE %s", t.Name, lu, bump, bumpErr, byID))
 	s.Parked = d.Rebind(fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1%s ORDER BY %s", returning, t.Name, lu, group(2), t.ID))
+	s.Count = d.Rebind(fmt.Sprintf(`SELECT
+	COALESCE(SUM(CASE WHEN %[1]s IS NULL OR %[1]s <= %[3]s THEN 1 ELSE 0 END), 0),
+	COALESCE(SUM(CASE WHEN %[1]s > %[3]s AND %[1]s < $2 THEN 1 ELSE 0 END), 0),
+	COALESCE(SUM(CASE WHEN %[1]s >= $2 THEN 1 ELSE 0 END), 0)
+FROM %[2]s WHERE TRUE%[4]s`, lu, t.Name, tm.At(1), group(3)))
 	reset := ""
 	if t.Attempts != "" {
 		reset = fmt.Sprintf(", %s = 0", t.Attempts)

@@ -69,8 +69,9 @@ func (s *Service) Started() <-chan struct{} { return s.started }
 // the subscriptions until ctx is done (or, with Signals, SIGINT or SIGTERM
 // arrives). On stop each subscription claims no more, gives back rows it
 // claimed but had not started, and lets running handlers finish within its
-// ShutdownTimeout. A failing hook or table check stops Run with its error
-// before anything is claimed.
+// ShutdownTimeout. A database that cannot be reached yet is waited for with
+// backoff (logged once); any other failure of a hook or a table check stops
+// Run with its error before anything is claimed.
 func (s *Service) Run(ctx context.Context) error {
 	if s.Signals {
 		var stop context.CancelFunc
@@ -78,14 +79,16 @@ func (s *Service) Run(ctx context.Context) error {
 		defer stop()
 	}
 	log := s.broker.log.With("service", s.Name, "version", s.Version)
+	// A database not reachable yet is waited for, with backoff; any other
+	// failure of a hook or a table check stops Run before anything is claimed.
 	for i, hook := range s.hooks {
-		if err := hook(ctx); err != nil {
+		if err := untilReachable(ctx, s.broker, fmt.Sprintf("startup hook %d", i+1), func() error { return hook(ctx) }); err != nil {
 			return fmt.Errorf("inbox: service %q: startup hook %d: %w", s.Name, i+1, err)
 		}
 	}
 	var errs []error
 	for _, sub := range s.subs {
-		if err := sub.check(ctx); err != nil {
+		if err := untilReachable(ctx, s.broker, "checking table "+sub.table, func() error { return sub.check(ctx) }); err != nil {
 			errs = append(errs, err)
 		}
 	}

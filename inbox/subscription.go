@@ -23,6 +23,7 @@ const (
 	DefaultLease           = 30 * time.Second
 	DefaultMaxAttempts     = 25
 	DefaultShutdownTimeout = 30 * time.Second
+	DefaultTimeout         = time.Minute
 	// MaxBackoff caps the default backoff between attempts.
 	MaxBackoff = 10 * time.Minute
 )
@@ -66,9 +67,28 @@ type subConfig struct {
 	backoff     func(attempt int) time.Duration
 	form        claim.Form
 	shutdown    time.Duration
+	timeout     time.Duration
 	name        string
 	observe     func(Event)
 }
+
+// Timeout sets how long one handling may run. At the deadline its context
+// ends with ErrTimeout and its lease is no longer extended: a handler that
+// returns is retried (or parked after its last attempt); one that ignores
+// its context loses its lease when the lease runs out, and another claimer
+// takes the row. Default DefaultTimeout (one minute); must be positive.
+func Timeout(d time.Duration) SubOption {
+	return func(c *subConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("inbox: Timeout must be positive, got %v", d)
+		}
+		c.timeout = d
+		return nil
+	}
+}
+
+// ErrTimeout is the cause of a handler's context when it ran past Timeout.
+var ErrTimeout = errors.New("inbox: handler timed out")
 
 // Outcome is how a handling ended.
 type Outcome string
@@ -280,7 +300,7 @@ func Subscribe[T any](b *Broker, q Queue[T], h Handler[T], opts ...SubOption) (*
 		return nil, fmt.Errorf("inbox: Subscribe to %q with a nil handler", q.table)
 	}
 	cfg := subConfig{workers: DefaultWorkers, lease: DefaultLease, maxAttempts: DefaultMaxAttempts,
-		backoff: DefaultBackoff, form: lease.Form, shutdown: DefaultShutdownTimeout}
+		backoff: DefaultBackoff, form: lease.Form, shutdown: DefaultShutdownTimeout, timeout: DefaultTimeout}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err
@@ -344,7 +364,10 @@ func (s *Subscription) Run(ctx context.Context) error {
 	}
 	defer s.running.Store(false)
 	if s.claimer == nil {
-		if err := s.check(ctx); err != nil {
+		if err := untilReachable(ctx, s.b, "checking table "+s.table, func() error { return s.check(ctx) }); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped before the database came back
+			}
 			return err
 		}
 	}
@@ -451,8 +474,11 @@ func (s *Subscription) Run(ctx context.Context) error {
 			}
 			switch {
 			case r.err != nil:
+				// An unreachable database is logged once until it is back;
+				// any other failure (a dropped or altered table) each time,
+				// at the backoff's pace.
 				failures++
-				if msg := r.err.Error(); msg != lastErr || failures == 1 {
+				if msg := r.err.Error(); !unreachable(r.err) || msg != lastErr {
 					log.Error("inbox: claim failed; retrying with backoff", "table", s.table, "err", r.err, "failures", failures)
 					lastErr = msg
 				}
@@ -549,8 +575,6 @@ func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job)
 		}()
 	}
 	s.shape.setLease(reflect.ValueOf(j.Value).Elem(), j.Lease)
-	result := make(chan error, 1)
-	go func() { result <- s.call(hctx, j) }()
 
 	var ext clock.Timer
 	var extC <-chan time.Time
@@ -559,6 +583,14 @@ func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job)
 		ext = s.b.clock.NewTimer(every)
 		extC = ext.C()
 	}
+
+	// Timers first, then the handler: a test on a fake clock that sees the
+	// handler start finds its deadline and extension already armed.
+	deadline := s.b.clock.NewTimer(s.cfg.timeout)
+	defer deadline.Stop()
+	timeoutC := deadline.C()
+	result := make(chan error, 1)
+	go func() { result <- s.call(hctx, j) }()
 	lost := false
 	var err error
 wait:
@@ -566,6 +598,9 @@ wait:
 		select {
 		case err = <-result:
 			break wait
+		case <-timeoutC:
+			timeoutC, extC = nil, nil
+			cancel(fmt.Errorf("%w after %v", ErrTimeout, s.cfg.timeout))
 		case <-extC:
 			ectx, ecancel := context.WithTimeout(context.Background(), settleTimeout)
 			xerr := j.Extend(ectx, s.cfg.lease)
@@ -589,6 +624,9 @@ wait:
 	}
 	if ext != nil {
 		ext.Stop()
+	}
+	if err != nil && context.Cause(hctx) != nil && errors.Is(context.Cause(hctx), ErrTimeout) {
+		err = fmt.Errorf("%w (the handler returned: %v)", context.Cause(hctx), err)
 	}
 	ev.Err = err
 	if lost {

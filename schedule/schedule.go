@@ -54,6 +54,7 @@ const (
 	EveryWorker
 )
 
+// String names the placement as logs show it.
 func (p Placement) String() string {
 	switch p {
 	case One:
@@ -101,8 +102,8 @@ func (r Run) Owns(n int64) bool {
 	return m == int64(r.Worker)
 }
 
-// Handler runs one share of a moment. Its context ends when the Scheduler
-// stops and its Stop's context runs out. A returned error or a panic is
+// Handler runs one share of a moment. Its context is cancelled when Stop
+// returns: at once if Stop's context ends while the handler is still busy. A returned error or a panic is
 // logged with the schedule, the moment and the share; later moments still
 // run.
 type Handler func(ctx context.Context, r Run) error
@@ -133,7 +134,11 @@ func Workers(n int) Option {
 
 // Defaults of Config.
 const (
-	DefaultHeartbeat    = 5 * time.Second
+	// DefaultHeartbeat is how often an instance renews its heartbeats when
+	// Config.Heartbeat is zero.
+	DefaultHeartbeat = 5 * time.Second
+	// DefaultHeartbeatTTL is the lifetime of a heartbeat when both
+	// Config.Heartbeat and Config.HeartbeatTTL are zero: four heartbeats.
 	DefaultHeartbeatTTL = 4 * DefaultHeartbeat
 	// MomentRetention is how many HeartbeatTTLs a moment's row is kept
 	// after it fired. An instance reaching a moment more than a

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlinbox/sqlinbox/clock"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 	"github.com/sqlinbox/sqlinbox/schedule"
 )
@@ -437,4 +438,48 @@ func TestRunOwns(t *testing.T) {
 	if !slices.Equal(got, []int64{-4, -1, 2, 5, 8}) {
 		t.Fatalf("Owns picked %v", got)
 	}
+}
+
+// With the database's clock, heartbeats are written and compared with the
+// engine's now(): two instances on the host's timers still share moments.
+func TestDatabaseClock(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, open opener) {
+		runs := make(chan schedule.Run, 1000)
+		for _, name := range []string{"a", "b"} {
+			s, err := schedule.New(open(t), schedule.Config{Instance: name, Clock: clock.Database{}, Heartbeat: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Add("tick", schedule.Every(100*time.Millisecond), schedule.EveryInstance, func(_ context.Context, r schedule.Run) error {
+				runs <- r
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Stop(context.Background()) })
+		}
+		byMoment := map[time.Time][]schedule.Run{}
+		deadline := time.After(wait)
+		for {
+			select {
+			case r := <-runs:
+				if r.FiredAt.Truncate(100*time.Millisecond) != r.FiredAt {
+					t.Fatalf("FiredAt %v is not on the interval", r.FiredAt)
+				}
+				m := append(byMoment[r.FiredAt], r)
+				byMoment[r.FiredAt] = m
+				if len(m) == 2 {
+					if m[0].Instances != 2 || m[0].Worker == m[1].Worker || m[0].Workers != 2 {
+						t.Fatalf("a moment's runs disagree: %+v", m)
+					}
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no moment ran on both instances: %v", byMoment)
+			}
+		}
+	})
 }

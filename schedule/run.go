@@ -202,6 +202,9 @@ func (s *Scheduler) fire(ctx context.Context, e *entry, at time.Time) error {
 		return fmt.Errorf("write moment: %w", err)
 	}
 	won := n == 1
+	if !won && e.placement == One {
+		return nil // another instance won the moment and runs it
+	}
 	members := seen
 	if !won {
 		var writer, stored string
@@ -229,9 +232,6 @@ func (s *Scheduler) fire(ctx context.Context, e *entry, at time.Time) error {
 	base := Run{Schedule: e.name, FiredAt: at, Instance: instance, Instances: len(members), InstanceName: s.name}
 	switch e.placement {
 	case One:
-		if !won {
-			return nil
-		}
 		r := base
 		r.Worker, r.Workers, r.Runner, r.Runners = 0, 1, 0, 1
 		s.start(e, r)

@@ -15,7 +15,7 @@ import (
 	_ "modernc.org/sqlite"
 )
 
-// Two instances of two workers each share ten orders every minute: each run
+// Two instances of two workers each share ten orders every ten seconds: each run
 // packs the orders whose number modulo Workers is its Worker, so every order
 // is packed once per moment. A fake clock drives the moments here; a service
 // leaves Config.Clock nil and runs on the host's clock.
@@ -40,7 +40,7 @@ func Example_everyWorker() {
 		mu.Lock()
 		defer mu.Unlock()
 		lines = append(lines, fmt.Sprintf("%s worker %d of %d (%s runner %d of %d): orders %v",
-			r.FiredAt.Format("15:04"), r.Worker, r.Workers, r.InstanceName, r.Runner, r.Runners, mine))
+			r.FiredAt.Format("15:04:05"), r.Worker, r.Workers, r.InstanceName, r.Runner, r.Runners, mine))
 		return nil
 	}
 
@@ -58,7 +58,7 @@ func Example_everyWorker() {
 		if err != nil {
 			panic(err)
 		}
-		if err := s.Add("pack_orders", schedule.Every(time.Minute), schedule.EveryWorker, pack); err != nil {
+		if err := s.Add("pack_orders", schedule.Every(10*time.Second), schedule.EveryWorker, pack); err != nil {
 			panic(err)
 		}
 		if err := s.Start(ctx); err != nil {
@@ -69,11 +69,12 @@ func Example_everyWorker() {
 	}
 
 	// Each instance arms a heartbeat timer and a moment timer; then the
-	// clock moves to the first moment.
+	// clock moves to the first moment, within the heartbeats' lifetime
+	// (DefaultHeartbeatTTL), as a real clock would.
 	if err := clk.WaitTimers(ctx, 2*len(instances)); err != nil {
 		panic(err)
 	}
-	clk.Advance(time.Minute)
+	clk.Advance(10 * time.Second)
 	done.Wait()
 
 	slices.Sort(lines)
@@ -81,8 +82,8 @@ func Example_everyWorker() {
 		fmt.Println(l)
 	}
 	// Output:
-	// 00:01 worker 0 of 4 (blue runner 0 of 2): orders [4 8]
-	// 00:01 worker 1 of 4 (blue runner 1 of 2): orders [1 5 9]
-	// 00:01 worker 2 of 4 (green runner 0 of 2): orders [2 6 10]
-	// 00:01 worker 3 of 4 (green runner 1 of 2): orders [3 7]
+	// 00:00:10 worker 0 of 4 (blue runner 0 of 2): orders [4 8]
+	// 00:00:10 worker 1 of 4 (blue runner 1 of 2): orders [1 5 9]
+	// 00:00:10 worker 2 of 4 (green runner 0 of 2): orders [2 6 10]
+	// 00:00:10 worker 3 of 4 (green runner 1 of 2): orders [3 7]
 }

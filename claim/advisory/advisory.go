@@ -66,6 +66,10 @@ func (f form) New(env claim.Env) (claim.Claimer, error) {
 	return &claimer{env: env, class: Class(env.Table.Unquoted)}, nil
 }
 
+// afterLock, when set by a test, runs between the lock and the reread: the
+// moment a previous holder may delete or delay a row.
+var afterLock func(ids []int64)
+
 // maxRounds bounds how often one claim looks further when other sessions
 // took candidates from under it.
 const maxRounds = 4
@@ -112,6 +116,9 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	if len(ids) == 0 {
 		p.close()
 		return nil, nil
+	}
+	if afterLock != nil {
+		afterLock(ids)
 	}
 	jobs, err := c.reread(ctx, conn, ids)
 	if err != nil {

@@ -313,7 +313,7 @@ func Subscribe[T any](b *Broker, q Queue[T], h Handler[T], opts ...SubOption) (*
 		}
 	}
 	if err := cfg.form.Supports(b.d); err != nil {
-		return nil, fmt.Errorf("inbox: subscription %q: the %s form cannot run on %s: %w", cfg.name, cfg.form.Name(), b.d, err)
+		return nil, fmt.Errorf("inbox: subscription %q on table %q: the %s form cannot run on %s: %w", cfg.name, q.table, cfg.form.Name(), b.d, err)
 	}
 	if q.group != "" && q.shape.column(RoleGroup) == "" {
 		return nil, fmt.Errorf("inbox: subscription %q: queue has group %q but %v tags no group column (`inbox:\"group\"`)", cfg.name, q.group, q.shape.typ)

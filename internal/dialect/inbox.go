@@ -27,11 +27,15 @@ type InboxSQL struct {
 	// SelectAvailable: the rows a row-lock or advisory claim may take, in id
 	// order: $1 now, $2 limit, $3 group. Row lock appends the lock clause.
 	SelectAvailable string
-	// LockAvailable takes advisory locks on up to $2 available rows that no
-	// session holds yet, and returns exactly the ids it locked: $1 now,
-	// $2 limit, $3 group, $4 the table's lock class (a non-negative int4).
-	// The lock key is (class, id mod 2^32 as int4): ids that collide wait
-	// for each other, they never share a holder.
+	// LockAvailable tries advisory locks on up to $2 available rows with id
+	// above $5 whose key no session of this database holds, and returns one
+	// row (id, locked) per candidate tried: $1 now, $2 limit, $3 group, $4
+	// the table's lock class (a non-negative int4), $5 the last id already
+	// seen. The lock key is (class, id mod 2^32 as int4): ids that collide
+	// wait for each other, they never share a holder. A candidate comes back
+	// with locked false when another session took it between the look at
+	// pg_locks and the try; as many candidates as the limit mean there may
+	// be more rows above the last.
 	LockAvailable string
 	// Reread reads rows again by id once locked: $1 ids, $2 now.
 	Reread string
@@ -140,19 +144,21 @@ FROM %[2]s WHERE TRUE%[4]s`, lu, t.Name, tm.At(1), group(3)))
 	s.Unpark = d.Rebind(fmt.Sprintf("UPDATE %s SET %s = NULL%s WHERE %s = $1 AND %s", t.Name, lu, reset, lu, d.InList(t.ID, 2)))
 	if d.Kind == Postgres {
 		s.AckMany = fmt.Sprintf("DELETE FROM %s AS t USING unnest($1::bigint[], $2::timestamptz[]) AS a(id, lease) WHERE t.%s = a.id AND t.%s = a.lease", t.Name, t.ID, lu)
-		// The candidates are materialized before any lock is taken, and the
-		// lock function runs once for each candidate with no LIMIT after it,
-		// so every lock taken belongs to a row returned: none can leak.
+		// The candidates are materialized before any lock is tried, and the
+		// lock function runs once for each candidate with no LIMIT or filter
+		// after it, and every candidate comes back with whether it was
+		// locked: every lock taken is seen by the caller, none can leak.
 		s.LockAvailable = fmt.Sprintf(`WITH held AS MATERIALIZED (
 	SELECT objid::bigint AS k FROM pg_locks
-	WHERE locktype = 'advisory' AND classid = $4::int::oid AND objsubid = 2 AND granted
+	WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	AND classid = $4::int::oid AND objsubid = 2 AND granted
 ), cand AS MATERIALIZED (
 	SELECT %s AS id FROM %s
-	WHERE %s%s AND ((%s %% 4294967296)::bigint) NOT IN (SELECT k FROM held)
+	WHERE %s%s AND %s > $5::bigint AND ((%s %% 4294967296)::bigint) NOT IN (SELECT k FROM held)
 	ORDER BY %s LIMIT $2
 )
-SELECT id FROM cand WHERE pg_try_advisory_lock($4::int, (id %% 4294967296)::bigint::bit(32)::int)`,
-			t.ID, t.Name, availableAt1, group(3), t.ID, t.ID)
+SELECT id, pg_try_advisory_lock($4::int, (id %% 4294967296)::bigint::bit(32)::int) FROM cand`,
+			t.ID, t.Name, availableAt1, group(3), t.ID, t.ID, t.ID)
 		s.Reread = fmt.Sprintf("SELECT %s FROM %s WHERE %s = ANY($1) AND (%s IS NULL OR %s <= %s)", returning, t.Name, t.ID, lu, lu, tm.At(2))
 		s.Unlock = "SELECT pg_advisory_unlock($1::int, (id % 4294967296)::bigint::bit(32)::int) FROM unnest($2::bigint[]) AS u(id)"
 	}

@@ -1,0 +1,176 @@
+package advisory
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/claim"
+	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/inboxtest"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/migrations"
+)
+
+// newClaimer makes the form's claimer on a fresh reference table "jobs".
+func newClaimer(t *testing.T) (*claimer, *sql.DB) {
+	t.Helper()
+	url := inboxtest.Postgres(t)
+	db, d, err := dialect.Open(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ctx := context.Background()
+	if err := migrations.Apply(ctx, db, "jobs"); err != nil {
+		t.Fatal(err)
+	}
+	tbl := claim.Table{
+		Table:    dialect.Table{Name: `"jobs"`, ID: `"id"`, LockedUntil: `"locked_until"`, Attempts: `"attempts"`, LastError: `"last_error"`},
+		Unquoted: "jobs",
+		Times:    dialect.Times{Kind: dialect.Postgres, Encoding: dialect.Timestamptz},
+		New:      func() (any, []any) { return nil, nil },
+	}
+	env := claim.Env{DB: db, Dialect: d, Table: tbl, SQL: d.Inbox(tbl.Table, tbl.Times), Clock: clock.Host{}, Conns: 3}
+	c, err := Form.New(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if _, err := db.Exec("INSERT INTO jobs (payload) VALUES ('p')"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c.(*claimer), db
+}
+
+func locks(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::int::oid
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, Class("jobs")).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Rows deleted or delayed by their previous holder between the look and
+// the lock are not handed out, and their locks are let go at once; rows
+// another session holds are skipped without counting against the limit.
+func TestRereadAndSkip(t *testing.T) {
+	c, db := newClaimer(t)
+	ctx := context.Background()
+	other, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.ExecContext(ctx, "SELECT pg_advisory_lock($1, 1)", Class("jobs")); err != nil {
+		t.Fatal(err)
+	}
+	afterLock = func(ids []int64) {
+		if _, err := db.Exec("DELETE FROM jobs WHERE id = 2"); err != nil {
+			t.Error(err)
+		}
+		if _, err := db.Exec("UPDATE jobs SET locked_until = now() + interval '1 hour' WHERE id = 3"); err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { afterLock = nil }()
+	jobs, err := c.Claim(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 || jobs[0].ID != 4 {
+		t.Fatalf("claimed %v, want row 4 alone (1 held elsewhere, 2 deleted, 3 delayed)", ids(jobs))
+	}
+	if n := locks(t, db); n != 2 {
+		t.Errorf("%d advisory locks of the class held, want 2 (row 1 by the other session, row 4 by the claim)", n)
+	}
+	if c.Held() != 1 {
+		t.Errorf("Held = %d with one job in work, want 1", c.Held())
+	}
+	if err := jobs[0].Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := locks(t, db); n != 1 {
+		t.Errorf("%d advisory locks after the ack, want 1 (the other session's)", n)
+	}
+	if c.Held() != 0 {
+		t.Errorf("Held = %d after the last job was settled, want 0", c.Held())
+	}
+}
+
+// The jobs of one claim share a connection, which goes back to the pool
+// when the last of them is settled; retry and release let their rows go.
+func TestSharedConnection(t *testing.T) {
+	c, db := newClaimer(t)
+	ctx := context.Background()
+	jobs, err := c.Claim(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 4 {
+		t.Fatalf("claimed %v, want all 4 rows", ids(jobs))
+	}
+	if c.Held() != 1 || db.Stats().InUse != 1 {
+		t.Errorf("Held = %d, pool in use = %d with 4 jobs of one claim in work; want 1 and 1", c.Held(), db.Stats().InUse)
+	}
+	if again, err := c.Claim(ctx, 10); err != nil || len(again) != 0 {
+		t.Errorf("a second claim took %v (%v) of rows held by the first", ids(again), err)
+	}
+	settle := []func(context.Context) error{
+		jobs[0].Ack,
+		func(ctx context.Context) error { return jobs[1].Retry(ctx, time.Hour, "later") },
+		func(ctx context.Context) error { return jobs[2].Park(ctx, "never") },
+		jobs[3].Release,
+	}
+	for i, f := range settle {
+		if err := f(ctx); err != nil {
+			t.Fatalf("settle job %d: %v", i, err)
+		}
+		if want := 1; i == len(settle)-1 {
+			want = 0
+			if c.Held() != want {
+				t.Errorf("Held = %d after the last settlement, want 0", c.Held())
+			}
+		} else if c.Held() != want {
+			t.Errorf("Held = %d with %d jobs unsettled, want 1", c.Held(), len(settle)-1-i)
+		}
+	}
+	if err := jobs[0].Ack(ctx); err == nil {
+		t.Error("a second settlement of one job succeeded")
+	}
+	if n := locks(t, db); n != 0 {
+		t.Errorf("%d advisory locks left after every job was settled", n)
+	}
+	var attempts int
+	var lastError string
+	if err := db.QueryRow("SELECT attempts, last_error FROM jobs WHERE id = $1", jobs[1].ID).Scan(&attempts, &lastError); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 1 || lastError != "later" {
+		t.Errorf("retried row: attempts %d, last_error %q; want 1, \"later\"", attempts, lastError)
+	}
+	// Only the released row is available again: the retried one waits an
+	// hour, the parked one for ever, the acked one is gone.
+	again, err := c.Claim(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) != 1 || again[0].ID != jobs[3].ID {
+		t.Errorf("after settling, claimed %v, want the released row %d alone", ids(again), jobs[3].ID)
+	}
+	for _, j := range again {
+		_ = j.Release(ctx)
+	}
+}
+
+func ids(jobs []*claim.Job) []int64 {
+	var out []int64
+	for _, j := range jobs {
+		out = append(out, j.ID)
+	}
+	return out
+}

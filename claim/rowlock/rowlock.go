@@ -1,0 +1,210 @@
+// Package rowlock is the claim form that holds each claimed row under a
+// Postgres row lock for as long as its handler runs.
+//
+// A claim opens a transaction on a connection of its own and takes one row
+// with SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1; the transaction stays open
+// while the handler runs. Ack deletes the row and commits; retry and park
+// update it and commit; release rolls back. When the holder dies its
+// connection closes, Postgres rolls the transaction back and the row is free
+// at once: there is no lease to wait out. The price is one pool connection
+// per job in work. It serves Postgres only.
+//
+//	sub, err := inbox.Subscribe(b, q, handle, inbox.Form(rowlock.Form), inbox.Workers(8))
+package rowlock
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/claim"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// Form is the row-lock form.
+var Form claim.Form = form{}
+
+type form struct{}
+
+func (form) Name() string { return "rowlock" }
+
+func (form) Supports(d *dialect.Dialect) error {
+	if d.Kind != dialect.Postgres {
+		return fmt.Errorf("the rowlock form holds SELECT ... FOR UPDATE SKIP LOCKED in a transaction per job, which needs Postgres; %s cannot serve it: use lease.Form, which runs on every database", d)
+	}
+	return nil
+}
+
+func (f form) New(env claim.Env) (claim.Claimer, error) {
+	if err := f.Supports(env.Dialect); err != nil {
+		return nil, fmt.Errorf("table %q: %w", env.Table.Unquoted, err)
+	}
+	if env.Conns < 1 {
+		return nil, fmt.Errorf("rowlock form on %q: it needs at least one connection for jobs in work, got %d", env.Table.Unquoted, env.Conns)
+	}
+	return &claimer{env: env, query: env.SQL.SelectAvailable + " FOR UPDATE SKIP LOCKED"}, nil
+}
+
+type claimer struct {
+	env   claim.Env
+	query string
+	held  atomic.Int64 // connections taken: claims in flight and jobs in work
+}
+
+// Batch is one: each job holds a transaction of its own.
+func (c *claimer) Batch() int { return 1 }
+
+// Held counts the connections the form holds, claims in flight included.
+func (c *claimer) Held() int { return int(c.held.Load()) }
+
+// Claim takes at most one row, whatever max is: each job needs a
+// transaction, and so a connection, of its own.
+func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
+	if max < 1 {
+		return nil, nil
+	}
+	e := &c.env
+	// Counted before the connection is asked for, so Held never reads less
+	// than the connections in use.
+	c.held.Add(1)
+	conn, err := e.DB.Conn(ctx)
+	if err != nil {
+		c.held.Add(-1)
+		return nil, fmt.Errorf("claim from %q (rowlock): take a connection: %w", e.Table.Unquoted, err)
+	}
+	// The transaction outlives the claim's context: it lasts until the job
+	// is settled.
+	tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
+	if err != nil {
+		conn.Close()
+		c.held.Add(-1)
+		return nil, fmt.Errorf("claim from %q (rowlock): begin: %w", e.Table.Unquoted, err)
+	}
+	h := &hold{c: c, conn: conn, tx: tx}
+	j, err := c.take(ctx, tx)
+	if err != nil || j == nil {
+		h.end(false)
+		return nil, err
+	}
+	h.id = j.ID
+	j.Settler = h
+	return []*claim.Job{j}, nil
+}
+
+// take selects and locks the first available row, or returns nil.
+func (c *claimer) take(ctx context.Context, tx *sql.Tx) (*claim.Job, error) {
+	e := &c.env
+	rows, err := tx.QueryContext(ctx, c.query, e.Table.Times.Arg(e.Clock.Now(), 0), 1, e.Group)
+	if err != nil {
+		return nil, fmt.Errorf("claim from %q (rowlock): %w", e.Table.Unquoted, err)
+	}
+	defer rows.Close()
+	var j *claim.Job
+	if rows.Next() {
+		if j, err = claim.ScanJob(e.Table, rows.Scan); err != nil {
+			return nil, err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim from %q (rowlock): %w", e.Table.Unquoted, err)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("claim from %q (rowlock): %w", e.Table.Unquoted, err)
+	}
+	return j, nil
+}
+
+// hold is one claimed row: its transaction and the connection under it.
+type hold struct {
+	c    *claimer
+	id   int64
+	conn *sql.Conn
+	tx   *sql.Tx
+
+	mu   sync.Mutex
+	done bool
+}
+
+// end commits or rolls back the transaction and gives the connection back
+// to the pool. A failed commit rolls back: the row is free again.
+func (h *hold) end(commit bool) error {
+	var err error
+	if commit {
+		err = h.tx.Commit()
+	} else {
+		err = h.tx.Rollback()
+	}
+	h.conn.Close()
+	h.c.held.Add(-1)
+	return err
+}
+
+// settle runs one statement on the held row, then commits. Any failure
+// rolls the transaction back, which frees the row at once: the holder holds
+// it no more and its settlement changed nothing, so it is reported as
+// claim.ErrLost.
+func (h *hold) settle(ctx context.Context, what, query string, args ...any) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := &h.c.env
+	if h.done {
+		return fmt.Errorf("%s row %d of %q (rowlock): already settled", what, h.id, e.Table.Unquoted)
+	}
+	h.done = true
+	if query == "" {
+		h.end(false)
+		return nil
+	}
+	res, err := h.tx.ExecContext(ctx, query, args...)
+	if err == nil {
+		if n, rerr := res.RowsAffected(); rerr == nil && n == 0 {
+			// The row is locked by this transaction: it cannot be gone.
+			// Said anyway rather than assumed.
+			h.end(false)
+			return fmt.Errorf("%s row %d of %q (rowlock): %w", what, h.id, e.Table.Unquoted, claim.ErrLost)
+		}
+	}
+	if err != nil {
+		h.end(false)
+		return fmt.Errorf("%s row %d of %q (rowlock): %w: %w", what, h.id, e.Table.Unquoted, claim.ErrLost, err)
+	}
+	if err := h.end(true); err != nil {
+		return fmt.Errorf("%s row %d of %q (rowlock): commit: %w: %w", what, h.id, e.Table.Unquoted, claim.ErrLost, err)
+	}
+	return nil
+}
+
+// Ack deletes the row and commits.
+func (h *hold) Ack(ctx context.Context) error {
+	return h.settle(ctx, "ack", h.c.env.SQL.Delete, h.id)
+}
+
+// Retry sets the row's time to now+delay, counts the attempt and commits.
+func (h *hold) Retry(ctx context.Context, delay time.Duration, lastError string) error {
+	e := &h.c.env
+	return h.settle(ctx, "retry", e.SQL.RetryLocked, h.id, nil, e.Table.Times.Arg(e.Clock.Now(), delay), nullable(lastError))
+}
+
+// Park sets the row aside for good and commits.
+func (h *hold) Park(ctx context.Context, lastError string) error {
+	e := &h.c.env
+	return h.settle(ctx, "park", e.SQL.ParkLocked, h.id, nil, e.Table.Times.Encode(dialect.Never), nullable(lastError))
+}
+
+// Release rolls back: the row is as it was before the claim.
+func (h *hold) Release(ctx context.Context) error {
+	return h.settle(ctx, "release", "")
+}
+
+// Extend does nothing: a row lock lasts as long as its transaction.
+func (h *hold) Extend(context.Context, time.Duration) error { return nil }
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}

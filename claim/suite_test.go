@@ -1,0 +1,711 @@
+package claim_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/claim"
+	"github.com/sqlinbox/sqlinbox/claim/advisory"
+	"github.com/sqlinbox/sqlinbox/claim/lease"
+	"github.com/sqlinbox/sqlinbox/claim/rowlock"
+	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/inboxtest"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/migrations"
+)
+
+// Job is a row of the reference inbox table.
+type Job struct {
+	ID          int64          `db:"id" inbox:"id,generated"`
+	LockedUntil *time.Time     `db:"locked_until" inbox:"locked_until"`
+	Payload     []byte         `db:"payload" inbox:"payload"`
+	Attempts    int            `db:"attempts" inbox:"attempts"`
+	LastError   sql.NullString `db:"last_error" inbox:"last_error"`
+}
+
+const (
+	sqlite   = "sqlite"
+	postgres = "postgres"
+)
+
+// The forms and the databases each serves: every case below runs on each.
+var forms = []struct {
+	form claim.Form
+	dbs  []string
+}{
+	{lease.Form, []string{sqlite, postgres}},
+	{rowlock.Form, []string{postgres}},
+	{advisory.Form, []string{postgres}},
+}
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// TestForms is the conformance suite: every form, on every database it
+// serves. The cases of one form and database run one after the other, so a
+// run holds few Postgres connections at a time.
+func TestForms(t *testing.T) {
+	for _, fc := range forms {
+		t.Run(fc.form.Name(), func(t *testing.T) {
+			t.Parallel()
+			for _, kind := range fc.dbs {
+				t.Run(kind, func(t *testing.T) {
+					t.Parallel()
+					s := suite{form: fc.form, kind: kind}
+					t.Run("many instances", s.manyInstances)
+					t.Run("killed holder", s.killedHolder)
+					t.Run("pool cap", s.poolCap)
+					t.Run("delayed rows", s.delayedRows)
+				})
+			}
+		})
+	}
+}
+
+type suite struct {
+	form claim.Form
+	kind string
+}
+
+// fixture is a fresh database with an inbox table of a name of its own (so
+// the advisory lock class of one test is not another's), and a pool of the
+// test's own, as a producer has.
+type fixture struct {
+	url   string
+	table string
+	db    *sql.DB
+	queue inbox.Queue[Job]
+}
+
+func (s suite) setup(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{table: "jobs_" + random()}
+	if s.kind == sqlite {
+		f.url = inboxtest.SQLite(t)
+	} else {
+		f.url = inboxtest.Postgres(t)
+	}
+	f.db = inboxtest.Open(t, f.url)
+	f.db.SetMaxOpenConns(2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := migrations.Apply(ctx, f.db, f.table); err != nil {
+		t.Fatal(err)
+	}
+	f.queue = inbox.MustQueue[Job](f.table)
+	return f
+}
+
+func random() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// broker opens an instance of its own: a pool of its own, closed at cleanup.
+func (f *fixture) broker(t *testing.T, url string, opts ...inbox.Option) *inbox.Broker {
+	t.Helper()
+	b, err := inbox.Open(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// insert writes n rows by plain SQL in one transaction, as a producer
+// would, and returns their ids.
+func (f *fixture) insert(t *testing.T, n int) []int64 {
+	t.Helper()
+	tx, err := f.db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	ids := make([]int64, 0, n)
+	q := fmt.Sprintf("INSERT INTO %s (payload) VALUES ('p') RETURNING id", dialect.Quote(f.table))
+	for range n {
+		var id int64
+		if err := tx.QueryRow(q).Scan(&id); err != nil {
+			t.Fatalf("insert into %s: %v", f.table, err)
+		}
+		ids = append(ids, id)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func (f *fixture) count(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := f.db.QueryRow("SELECT count(*) FROM " + dialect.Quote(f.table)).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// advisoryLocks counts the advisory locks of the table's class that any
+// session of the database holds.
+func (f *fixture) advisoryLocks(t *testing.T) int {
+	t.Helper()
+	var n int
+	err := f.db.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::int::oid
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, advisory.Class(f.table)).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// run runs sub until the test ends, failing the test if Run returns an
+// error; stop stops it and waits.
+func run(t *testing.T, sub *inbox.Subscription) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Errorf("subscription did not stop within 60s")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// events collects Observe events and lets a test wait on them.
+type events struct {
+	mu   sync.Mutex
+	all  []inbox.Event
+	more chan struct{}
+}
+
+func newEvents() *events { return &events{more: make(chan struct{})} }
+
+func (e *events) observe(ev inbox.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.all = append(e.all, ev)
+	close(e.more)
+	e.more = make(chan struct{})
+}
+
+func (e *events) snapshot() []inbox.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]inbox.Event(nil), e.all...)
+}
+
+// wait blocks until cond holds over the events seen, or fails the test.
+func (e *events) wait(t *testing.T, what string, timeout time.Duration, cond func([]inbox.Event) bool) []inbox.Event {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		e.mu.Lock()
+		all := append([]inbox.Event(nil), e.all...)
+		more := e.more
+		e.mu.Unlock()
+		if cond(all) {
+			return all
+		}
+		select {
+		case <-more:
+		case <-deadline:
+			t.Fatalf("waited %v for %s; %d events so far", timeout, what, len(all))
+		}
+	}
+}
+
+func idle(t *testing.T, sub *inbox.Subscription) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := sub.WaitIdle(ctx); err != nil {
+		t.Fatalf("subscription not idle within 30s: %v", err)
+	}
+}
+
+// handlings records each handling's start and end per id, and catches two
+// holders of one row at once as it happens.
+type handlings struct {
+	mu       sync.Mutex
+	inWork   map[int64]int // handlers running per id
+	spans    map[int64][][2]time.Time
+	overlaps []string
+}
+
+func newHandlings() *handlings {
+	return &handlings{inWork: map[int64]int{}, spans: map[int64][][2]time.Time{}}
+}
+
+func (h *handlings) start(id int64) time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.inWork[id]++
+	if h.inWork[id] > 1 {
+		h.overlaps = append(h.overlaps, fmt.Sprintf("row %d: %d handlers at once", id, h.inWork[id]))
+	}
+	return time.Now()
+}
+
+func (h *handlings) end(id int64, start time.Time) {
+	end := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.inWork[id]--
+	h.spans[id] = append(h.spans[id], [2]time.Time{start, end})
+}
+
+// check fails the test for any two handlings of one row that overlap in
+// time.
+func (h *handlings) check(t *testing.T) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, o := range h.overlaps {
+		t.Error(o)
+	}
+	for id, spans := range h.spans {
+		sort.Slice(spans, func(i, j int) bool { return spans[i][0].Before(spans[j][0]) })
+		for i := 1; i < len(spans); i++ {
+			if spans[i][0].Before(spans[i-1][1]) {
+				t.Errorf("row %d: handling %d started at %v, before handling %d ended at %v",
+					id, i+1, spans[i][0].Format(time.StampMicro), i, spans[i-1][1].Format(time.StampMicro))
+			}
+		}
+	}
+}
+
+// manyInstances runs three instances of four workers on one table while a
+// producer inserts: every row is handled, never by two holders at once,
+// and none is left behind. One row in 97 fails its first attempt, so
+// retries run through the form too.
+func (s suite) manyInstances(t *testing.T) {
+	f := s.setup(t)
+	const instances, workers = 3, 4
+	total := 3000
+	if s.kind == sqlite {
+		total = 600
+	}
+	failsOnce := func(id int64) bool { return id%97 == 0 }
+	h := newHandlings()
+	ev := newEvents()
+	handler := func(ctx context.Context, j Job) error {
+		start := h.start(j.ID)
+		defer h.end(j.ID, start)
+		if failsOnce(j.ID) && j.Attempts == 0 {
+			return inbox.RetryAfter(time.Millisecond, errors.New("the first attempt fails"))
+		}
+		return nil
+	}
+	ids := f.insert(t, total/2)
+	var brokers []*inbox.Broker
+	for i := range instances {
+		b := f.broker(t, f.url, inbox.MaxConns(workers+2), inbox.PollInterval(50*time.Millisecond))
+		sub, err := inbox.Subscribe(b, f.queue, handler, inbox.Form(s.form), inbox.Workers(workers),
+			inbox.Observe(ev.observe), inbox.Name(fmt.Sprintf("instance %d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, sub)
+		brokers = append(brokers, b)
+	}
+	for len(ids) < total {
+		ids = append(ids, f.insert(t, min(100, total-len(ids)))...)
+		brokers[len(ids)%instances].Wake(f.table, "")
+	}
+	acked := func(evs []inbox.Event) map[int64]int {
+		m := map[int64]int{}
+		for _, e := range evs {
+			if e.Outcome == inbox.Acked {
+				m[e.ID]++
+			}
+		}
+		return m
+	}
+	all := ev.wait(t, fmt.Sprintf("%d rows acked", total), 3*time.Minute, func(evs []inbox.Event) bool {
+		return len(acked(evs)) >= total
+	})
+	h.check(t)
+	got := acked(all)
+	retried := 0
+	for _, e := range all {
+		switch e.Outcome {
+		case inbox.Acked:
+		case inbox.Retried:
+			retried++
+			if !failsOnce(e.ID) {
+				t.Errorf("row %d retried, but its handler never fails", e.ID)
+			}
+		default:
+			t.Errorf("row %d: outcome %s (%v)", e.ID, e.Outcome, e.Err)
+		}
+	}
+	wantRetried := 0
+	for _, id := range ids {
+		if got[id] != 1 {
+			t.Errorf("row %d acked %d times, want once", id, got[id])
+		}
+		if failsOnce(id) {
+			wantRetried++
+			if n := len(h.spans[id]); n != 2 {
+				t.Errorf("row %d, which fails once, handled %d times, want 2", id, n)
+			}
+		}
+	}
+	if len(got) != total || retried != wantRetried {
+		t.Errorf("%d rows acked and %d retried, want %d and %d", len(got), retried, total, wantRetried)
+	}
+	if n := f.count(t); n != 0 {
+		t.Errorf("%d rows left behind in %s", n, f.table)
+	}
+	if s.form == advisory.Form {
+		if n := f.advisoryLocks(t); n != 0 {
+			t.Errorf("pg_locks holds %d advisory locks of class %d (table %s) after the run, want none", n, advisory.Class(f.table), f.table)
+		}
+	}
+	t.Logf("%s on %s: %d rows by %d instances x %d workers, %d retried", s.form.Name(), s.kind, total, instances, workers, retried)
+}
+
+// killedHolder kills the holder of a row while its handler runs: the row
+// comes back (at once for the lock forms, after the lease for lease) and
+// is handled once more; the dead holder's ack changes nothing.
+func (s suite) killedHolder(t *testing.T) {
+	f := s.setup(t)
+	const leaseFor = 10 * time.Second
+	id := f.insert(t, 1)[0]
+
+	victimURL, victimApp := f.url, ""
+	var victimOpts, survivorOpts []inbox.Option
+	var moving *clock.Fake
+	if s.form == lease.Form {
+		// The victim's clock never moves: it never extends its lease, as a
+		// dead process would not; the survivor's clock runs past the lease.
+		moving = clock.NewFake(epoch)
+		victimOpts = []inbox.Option{inbox.WithClock(clock.NewFake(epoch))}
+		survivorOpts = []inbox.Option{inbox.WithClock(moving), inbox.PollInterval(time.Second)}
+	} else {
+		victimApp = "victim_" + random()
+		victimURL = withParam(t, f.url, "application_name", victimApp)
+		survivorOpts = []inbox.Option{inbox.PollInterval(50 * time.Millisecond)}
+	}
+
+	started, release := make(chan struct{}), make(chan struct{})
+	victimEv := newEvents()
+	vb := f.broker(t, victimURL, append(victimOpts, inbox.MaxConns(3))...)
+	victim, err := inbox.Subscribe(vb, f.queue, func(ctx context.Context, j Job) error {
+		close(started)
+		<-release
+		return nil
+	}, inbox.Form(s.form), inbox.Lease(leaseFor), inbox.Observe(victimEv.observe), inbox.Name("victim"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, victim)
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the victim did not take the row within 30s")
+	}
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+
+	survivorEv := newEvents()
+	sb := f.broker(t, f.url, append(survivorOpts, inbox.MaxConns(3))...)
+	survivor, err := inbox.Subscribe(sb, f.queue, func(ctx context.Context, j Job) error { return nil },
+		inbox.Form(s.form), inbox.Lease(leaseFor), inbox.Observe(survivorEv.observe), inbox.Name("survivor"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, survivor)
+	idle(t, survivor) // it claimed and found the row held
+	if evs := survivorEv.snapshot(); len(evs) != 0 {
+		t.Fatalf("the survivor handled a row the victim holds: %+v", evs)
+	}
+
+	killed := time.Now()
+	switch s.form {
+	case lease.Form:
+		moving.Advance(leaseFor + time.Second)
+	case rowlock.Form:
+		// The session holding the row's transaction open.
+		terminate(t, f.db, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE application_name = $1 AND state LIKE 'idle in transaction%'`, victimApp)
+	case advisory.Form:
+		// The session holding the row's advisory lock.
+		terminate(t, f.db, `SELECT pg_terminate_backend(pid) FROM pg_locks
+			WHERE locktype = 'advisory' AND classid = $1::int::oid AND objid = $2::bigint::oid AND objsubid = 2 AND granted`,
+			advisory.Class(f.table), id)
+	}
+	survivorEv.wait(t, "the survivor to ack the row of the killed holder", 30*time.Second, func(evs []inbox.Event) bool {
+		return len(evs) > 0
+	})
+	if s.form != lease.Form {
+		if took := time.Since(killed); took > leaseFor {
+			t.Errorf("the row came back %v after its holder died; the %s form frees it at once", took, s.form.Name())
+		}
+	}
+	close(release)
+	vevs := victimEv.wait(t, "the victim's outcome", 30*time.Second, func(evs []inbox.Event) bool { return len(evs) > 0 })
+	if len(vevs) != 1 || vevs[0].ID != id || vevs[0].Outcome != inbox.Lost {
+		t.Errorf("the killed holder's handling: %+v, want one Lost outcome for row %d", vevs, id)
+	}
+	sevs := survivorEv.snapshot()
+	if len(sevs) != 1 || sevs[0].ID != id || sevs[0].Outcome != inbox.Acked {
+		t.Errorf("the survivor's handlings: %+v, want row %d acked once", sevs, id)
+	}
+	if n := f.count(t); n != 0 {
+		t.Errorf("%d rows left, want none", n)
+	}
+	if s.form == advisory.Form {
+		if n := f.advisoryLocks(t); n != 0 {
+			t.Errorf("pg_locks holds %d advisory locks of the table's class, want none", n)
+		}
+	}
+}
+
+// terminate ends the sessions query names and fails unless it ended one.
+func terminate(t *testing.T, db *sql.DB, query string, args ...any) {
+	t.Helper()
+	rows, err := db.Query(query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var ok bool
+		if err := rows.Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			n++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("terminated %d sessions holding the row, want 1", n)
+	}
+}
+
+func withParam(t *testing.T, raw, k, v string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set(k, v)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// poolCap runs Workers(8) on a pool of 4 with handlers that block: the
+// subscription never holds more than 3 connections (the pool's own count),
+// and runs as many jobs at once as its form can within them.
+func (s suite) poolCap(t *testing.T) {
+	f := s.setup(t)
+	const pool, workers, rows = 4, 8, 20
+	atOnce := workers // lease holds no connection; advisory shares one per claim
+	if s.form == rowlock.Form {
+		atOnce = pool - 1 // one connection per job in work
+	}
+	f.insert(t, rows)
+	b := f.broker(t, f.url, inbox.MaxConns(pool), inbox.PollInterval(50*time.Millisecond))
+
+	var maxInUse atomic.Int64
+	sample := func() {
+		n := int64(b.DB().Stats().InUse)
+		for {
+			m := maxInUse.Load()
+			if n <= m || maxInUse.CompareAndSwap(m, n) {
+				return
+			}
+		}
+	}
+	stopSampling := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-tick.C:
+				sample()
+			}
+		}
+	}()
+
+	var (
+		running, maxRunning atomic.Int64
+		started             = make(chan struct{}, rows)
+		release             = make(chan struct{})
+	)
+	ev := newEvents()
+	sub, err := inbox.Subscribe(b, f.queue, func(ctx context.Context, j Job) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := maxRunning.Load(); n > m && !maxRunning.CompareAndSwap(m, n); m = maxRunning.Load() {
+		}
+		sample()
+		started <- struct{}{}
+		<-release
+		return nil
+	}, inbox.Form(s.form), inbox.Workers(workers), inbox.Observe(ev.observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, sub)
+	for i := range atOnce {
+		select {
+		case <-started:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d jobs started, want %d at once (Workers(%d) on a pool of %d)", i, atOnce, workers, pool)
+		}
+	}
+	sample()
+	inUse, inWork := b.DB().Stats().InUse, maxInUse.Load()
+	close(release)
+	ev.wait(t, "every row acked", time.Minute, func(evs []inbox.Event) bool { return len(evs) >= rows })
+	close(stopSampling)
+	<-sampled
+	if inUse > pool-1 || inWork > pool-1 {
+		t.Errorf("the pool had %d connections in use with %d jobs in work (at most %d before they were let go); want at most %d",
+			inUse, atOnce, inWork, pool-1)
+	}
+	// The lock forms settle on the connections they hold, so the cap holds
+	// through the acks too. A lease ack takes a connection of the pool, as
+	// a publish does: a burst of them may use the one left over.
+	if s.form != lease.Form && maxInUse.Load() > pool-1 {
+		t.Errorf("the pool had %d connections in use over the run, want at most %d", maxInUse.Load(), pool-1)
+	}
+	if m := maxRunning.Load(); m != int64(atOnce) {
+		t.Errorf("at most %d jobs ran at once, want %d", m, atOnce)
+	}
+	for _, e := range ev.snapshot() {
+		if e.Outcome != inbox.Acked {
+			t.Errorf("row %d: %s (%v)", e.ID, e.Outcome, e.Err)
+		}
+	}
+	if n := f.count(t); n != 0 {
+		t.Errorf("%d rows left, want none", n)
+	}
+	t.Logf("%s on %s: %d jobs at once, at most %d of %d connections in use while they ran, %d over the run",
+		s.form.Name(), s.kind, maxRunning.Load(), inWork, pool, maxInUse.Load())
+}
+
+// delayedRows: a row whose locked_until lies ahead is not claimed before
+// its time, and is claimed once the time comes.
+func (s suite) delayedRows(t *testing.T) {
+	f := s.setup(t)
+	clk := clock.NewFake(epoch)
+	at := epoch.Add(time.Hour)
+	var arg any = at
+	if s.kind == sqlite {
+		arg = at.Format(dialect.TextLayout)
+	}
+	var delayed int64
+	q := fmt.Sprintf("INSERT INTO %s (payload, locked_until) VALUES ('later', $1) RETURNING id", dialect.Quote(f.table))
+	if err := f.db.QueryRow(q, arg).Scan(&delayed); err != nil {
+		t.Fatal(err)
+	}
+	now := f.insert(t, 1)[0]
+	b := f.broker(t, f.url, inbox.WithClock(clk), inbox.PollInterval(time.Minute), inbox.MaxConns(3))
+	ev := newEvents()
+	sub, err := inbox.Subscribe(b, f.queue, func(context.Context, Job) error { return nil },
+		inbox.Form(s.form), inbox.Workers(2), inbox.Observe(ev.observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, sub)
+	ev.wait(t, "the available row acked", 30*time.Second, func(evs []inbox.Event) bool { return len(evs) > 0 })
+	idle(t, sub)
+	if evs := ev.snapshot(); len(evs) != 1 || evs[0].ID != now {
+		t.Fatalf("handled before the delayed row's time: %+v, want only row %d", evs, now)
+	}
+	clk.Advance(time.Hour + time.Minute) // past the row's time, and the poll
+	evs := ev.wait(t, "the delayed row acked at its time", 30*time.Second, func(evs []inbox.Event) bool { return len(evs) > 1 })
+	if len(evs) != 2 || evs[1].ID != delayed || evs[1].Outcome != inbox.Acked {
+		t.Errorf("handlings %+v, want row %d then the delayed row %d", evs, now, delayed)
+	}
+	if s.form == advisory.Form {
+		if n := f.advisoryLocks(t); n != 0 {
+			t.Errorf("pg_locks holds %d advisory locks of the table's class, want none", n)
+		}
+	}
+}
+
+// The lock forms are refused at Subscribe on SQLite, with an error that
+// names the form, the database, the table and what to use instead; every
+// form refuses a pool of one connection.
+func TestFormsRefused(t *testing.T) {
+	url := inboxtest.SQLite(t)
+	b, err := inbox.Open(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	q := inbox.MustQueue[Job]("invoice_jobs")
+	for _, form := range []claim.Form{rowlock.Form, advisory.Form} {
+		_, err := inbox.Subscribe(b, q, func(context.Context, Job) error { return nil }, inbox.Form(form))
+		if err == nil {
+			t.Fatalf("%s form on SQLite: Subscribe succeeded", form.Name())
+		}
+		for _, want := range []string{form.Name(), "sqlite", `"invoice_jobs"`, "Postgres", "lease"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s form on SQLite: error %q does not mention %q", form.Name(), err, want)
+			}
+		}
+	}
+	for _, fc := range forms {
+		for _, kind := range fc.dbs {
+			t.Run(fc.form.Name()+"/"+kind, func(t *testing.T) {
+				u := inboxtest.SQLite(t)
+				if kind == postgres {
+					u = inboxtest.Postgres(t)
+				}
+				db := inboxtest.Open(t, u)
+				db.SetMaxOpenConns(1)
+				b, err := inbox.New(db)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = inbox.Subscribe(b, q, func(context.Context, Job) error { return nil }, inbox.Form(fc.form))
+				if err == nil || !strings.Contains(err.Error(), "one connection") || !strings.Contains(err.Error(), fc.form.Name()) {
+					t.Errorf("%s form on a pool of one: Subscribe error %v, want one naming the pool and the form", fc.form.Name(), err)
+				}
+			})
+		}
+	}
+}

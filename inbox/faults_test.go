@@ -276,4 +276,3 @@ func TestDatabaseUnreachableAtStartAndMidRun(t *testing.T) {
 		t.Fatalf("%d rows left", n)
 	}
 }
-

@@ -169,14 +169,18 @@ func Open(url string, opts ...Option) (*Broker, error) {
 // more than its size less one connection.
 func New(pool any, opts ...Option) (*Broker, error) {
 	var db *sql.DB
+	wrapped := false
 	switch p := pool.(type) {
 	case *sql.DB:
 		db = p
 	case *sqlx.DB:
 		db = p.DB
 	case *pgxpool.Pool:
+		// A database/sql face on the caller's pool: closing it (Close does)
+		// gives its connections back and leaves the pool open.
 		db = stdlib.OpenDBFromPool(p)
 		db.SetMaxOpenConns(int(p.Config().MaxConns))
+		wrapped = true
 	default:
 		return nil, fmt.Errorf("inbox: New takes a *sql.DB, *sqlx.DB or *pgxpool.Pool, got %T", pool)
 	}
@@ -188,7 +192,12 @@ func New(pool any, opts ...Option) (*Broker, error) {
 	if err := apply(&cfg, opts); err != nil {
 		return nil, err
 	}
-	return newBroker(db, d, cfg)
+	b, err := newBroker(db, d, cfg)
+	if err != nil {
+		return nil, err
+	}
+	b.owns = wrapped
+	return b, nil
 }
 
 func apply(cfg *brokerConfig, opts []Option) error {
@@ -247,6 +256,8 @@ func (b *Broker) Hub() *notify.Hub { return b.hub }
 func (b *Broker) Listener() *notify.Listener { return b.listener }
 
 // Close stops the listener and, when the broker opened the pool, closes it.
+// A pool passed to New stays open (for a *pgxpool.Pool, only the broker's
+// database/sql face on it is closed).
 func (b *Broker) Close() error {
 	if b.stopListener != nil {
 		b.stopListener()

@@ -4,12 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/clock"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
 	"github.com/sqlinbox/sqlinbox/lock"
+	"github.com/sqlinbox/sqlinbox/schedule"
 )
 
 // packFunc is a Packer made of a function; nil packs at once.
@@ -241,4 +243,34 @@ func TestPackOrdersLeavesLockedOrder(t *testing.T) {
 			t.Errorf("%d packs, want 7 (8 orders, order 5 unpaid)", got)
 		}
 	})
+}
+
+// The printer holds a moment's runs until all have reported, then prints
+// them in worker order, once.
+func TestMomentPrinter(t *testing.T) {
+	var out strings.Builder
+	m := newMomentPrinter(&out)
+	at := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+	run := func(inst string, worker int) schedule.Run {
+		return schedule.Run{Schedule: PackSchedule, FiredAt: at, Worker: worker, Workers: 3, Instances: 2, InstanceName: inst}
+	}
+	m.add(Packing{Run: run("shop-b", 2), Packed: []int64{2, 5}})
+	m.add(Packing{Run: run("shop-a", 0), Busy: []int64{3}})
+	if out.Len() != 0 {
+		t.Fatalf("printed before the moment was complete:\n%s", out.String())
+	}
+	m.add(Packing{Run: run("shop-a", 1), Packed: []int64{1, 4}})
+	want := `pack_orders at 00:00:10: 3 runs on 2 instances
+  shop-a worker 0 of 3: packed nothing, left [3] (locked elsewhere)
+  shop-a worker 1 of 3: packed [1 4]
+  shop-b worker 2 of 3: packed [2 5]
+`
+	if out.String() != want {
+		t.Fatalf("printed:\n%s\nwant:\n%s", out.String(), want)
+	}
+	select {
+	case <-m.done:
+	default:
+		t.Fatal("a complete moment raised no signal")
+	}
 }

@@ -2,19 +2,15 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/inboxtest"
 )
 
 // gatedInvoices blocks every send until the test opens the gate.
@@ -91,57 +87,29 @@ func recv[T any](t *testing.T, c <-chan T, what string) T {
 	return zero
 }
 
-func databases(t *testing.T) map[string]string {
-	dbs := map[string]string{"sqlite": "sqlite://:memory:shop_" + unique()}
-	base := os.Getenv("POSTGRES_TEST_URL")
-	if base == "" {
-		t.Log("POSTGRES_TEST_URL is not set: the shop runs on SQLite only")
-		return dbs
-	}
-	schema := "shop_" + unique()
-	admin, _, err := dialect.Open(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		defer admin.Close()
-		if _, err := admin.Exec("DROP SCHEMA " + schema + " CASCADE"); err != nil {
-			t.Error(err)
-		}
-	})
-	pu, _ := url.Parse(base)
-	q := pu.Query()
-	q.Set("search_path", schema)
-	pu.RawQuery = q.Encode()
-	dbs["postgres"] = pu.String()
-	return dbs
-}
-
-func unique() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+// eachDatabase runs f on a fresh SQLite memory database and, with
+// POSTGRES_TEST_URL, on a Postgres schema of its own.
+func eachDatabase(t *testing.T, f func(t *testing.T, dbURL string)) {
+	t.Run("sqlite", func(t *testing.T) { f(t, inboxtest.SQLite(t)) })
+	t.Run("postgres", func(t *testing.T) { f(t, inboxtest.Postgres(t)) })
 }
 
 func TestShop(t *testing.T) {
-	for kind, dbURL := range databases(t) {
-		t.Run(kind, func(t *testing.T) {
-			inv := &gatedInvoices{entered: make(chan string, 3), gate: make(chan struct{})}
-			pay := &gatedPayments{entered: make(chan chan struct{}, 6)}
-			front, closeAll, err := start(context.Background(), dbURL, inv, pay)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(closeAll)
-			srv := httptest.NewServer(front)
-			t.Cleanup(srv.Close)
-			t.Run("SendInvoice", func(t *testing.T) { testSendInvoice(t, srv.URL, inv) })
-			t.Run("ChargePayment", func(t *testing.T) { testChargePayment(t, srv.URL, pay) })
+	eachDatabase(t, func(t *testing.T, dbURL string) {
+		inv := &gatedInvoices{entered: make(chan string, 3), gate: make(chan struct{})}
+		pay := &gatedPayments{entered: make(chan chan struct{}, 6)}
+		s, err := start(context.Background(), config{
+			DB: dbURL, Invoices: inv, Payments: pay, Packer: packFunc(nil), Workers: 1,
 		})
-	}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		srv := httptest.NewServer(s.Handler)
+		t.Cleanup(srv.Close)
+		t.Run("SendInvoice", func(t *testing.T) { testSendInvoice(t, srv.URL, inv) })
+		t.Run("ChargePayment", func(t *testing.T) { testChargePayment(t, srv.URL, pay) })
+	})
 }
 
 // Three calls at once for one order: one sends; the other two are told at

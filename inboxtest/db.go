@@ -27,6 +27,10 @@ import (
 // PostgresEnv is the variable that points the tests at a Postgres server.
 const PostgresEnv = "POSTGRES_TEST_URL"
 
+// ContainerImage is the Postgres that tests built with the containers tag
+// start (once per test binary) when PostgresEnv is unset.
+const ContainerImage = "postgres:15-alpine"
+
 // SQLite returns the URL of a fresh in-memory SQLite database, named for
 // this test alone, that every pool the test opens with it shares. It lives
 // while any pool on it is open.
@@ -38,8 +42,9 @@ func SQLite(t testing.TB) string {
 // Postgres returns the URL of a schema of its own on the server named by
 // POSTGRES_TEST_URL (the URL sets search_path to it, so unqualified names
 // land there), dropped with everything in it at cleanup. Without the
-// variable the test is skipped, saying what to set; see also the
-// containers build tag.
+// variable, a test binary built with the tag containers starts one Postgres
+// (ContainerImage) with testcontainers and every test of the binary takes a
+// schema on it; otherwise the test is skipped, saying what to set.
 func Postgres(t testing.TB) string {
 	t.Helper()
 	base := os.Getenv(PostgresEnv)

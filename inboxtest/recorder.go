@@ -71,12 +71,12 @@ type Recorder[T any] struct {
 	q       inbox.Queue[T]
 	idIndex []int
 
-	mu        sync.Mutex
-	all       []Handling
-	running   map[int64][]int // indexes into all of handlings of an id now running
-	overlaps  [][2]int
-	observed  map[string]bool // instances whose settlements the recorder observes
-	changed   chan struct{} // closed and replaced on every change
+	mu       sync.Mutex
+	all      []Handling
+	running  map[int64][]int // indexes into all of handlings of an id now running
+	overlaps [][2]int
+	observed map[string]bool // instances whose settlements the recorder observes
+	changed  chan struct{}   // closed and replaced on every change
 }
 
 // NewRecorder makes a recorder of handlings of q. b is any broker on the

@@ -112,21 +112,6 @@ func (e *events) len() int {
 	return len(e.all)
 }
 
-// eventually waits for a condition the database shows, checking every 10ms.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(30 * time.Second)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("waited 30s for %s", what)
-		}
-	}
-}
-
 func count(evs []inbox.Event, o inbox.Outcome) int {
 	n := 0
 	for _, e := range evs {

@@ -9,7 +9,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/claim"
 	"github.com/sqlinbox/sqlinbox/claim/lease"
 	"github.com/sqlinbox/sqlinbox/clock"
-	"github.com/sqlinbox/sqlinbox/inboxtest"
+	"github.com/sqlinbox/sqlinbox/internal/testdb"
 	"github.com/sqlinbox/sqlinbox/migrations"
 )
 
@@ -21,8 +21,8 @@ type row struct {
 }
 
 func eachURL(t *testing.T, f func(t *testing.T, url string)) {
-	t.Run("sqlite", func(t *testing.T) { t.Parallel(); f(t, inboxtest.SQLite(t)) })
-	t.Run("postgres", func(t *testing.T) { t.Parallel(); f(t, inboxtest.Postgres(t)) })
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); f(t, testdb.SQLite(t)) })
+	t.Run("postgres", func(t *testing.T) { t.Parallel(); f(t, testdb.Postgres(t)) })
 }
 
 // claimer opens a broker of its own (a pool of its own, as another instance

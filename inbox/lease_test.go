@@ -7,30 +7,17 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/inboxtest"
 )
 
+// leaseOf is the lease of the one row of jobs, which must not be parked.
 func leaseOf(t *testing.T, b *inbox.Broker) time.Time {
 	t.Helper()
-	parked, err := inbox.ListParked(context.Background(), b, inbox.MustQueue[Job]("jobs"))
-	if err != nil || len(parked) != 0 {
-		t.Fatalf("parked: %v %v", parked, err)
+	rows := inboxtest.Rows(t, b, inbox.MustQueue[Job]("jobs"))
+	if len(rows) != 1 || rows[0].State == inboxtest.Parked {
+		t.Fatalf("rows: %v, want one not parked", rows)
 	}
-	var raw any
-	if err := b.DB().QueryRow("SELECT locked_until FROM jobs").Scan(&raw); err != nil {
-		t.Fatal(err)
-	}
-	switch v := raw.(type) {
-	case time.Time:
-		return v.UTC()
-	case string:
-		at, err := time.Parse("2006-01-02 15:04:05.000", v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return at
-	}
-	t.Fatalf("locked_until of type %T", raw)
-	return time.Time{}
+	return rows[0].LockedUntil
 }
 
 // A handler that runs past most of its lease gets it extended, so no other
@@ -66,7 +53,9 @@ func TestLeaseExtensionAndLoss(t *testing.T) {
 			t.Fatalf("lease written = %v, want %v", first, want)
 		}
 		clk.Advance(6 * time.Second) // two thirds of the lease
-		eventually(t, "the lease extended", func() bool { return leaseOf(t, b).Equal(epoch.Add(15 * time.Second)) })
+		inboxtest.WaitRows(t, b, inbox.MustQueue[Job]("jobs"), "the lease extended", func(rows []inboxtest.Row) bool {
+			return len(rows) == 1 && rows[0].LockedUntil.Equal(epoch.Add(15*time.Second))
+		})
 
 		// Another instance finds nothing to take at the first lease's end.
 		otherEv := newEvents()

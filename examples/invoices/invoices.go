@@ -61,10 +61,32 @@ func NewInstance(name, url, outDir string, done chan<- Rendered, opts ...inbox.O
 	if err != nil {
 		return nil, err
 	}
+	svc, sub, err := NewService(b, Renderer(name, outDir, done))
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	return &Instance{Name: name, Broker: b, Service: svc, Render: sub}, nil
+}
+
+// NewService makes the invoice service on broker b: render with four
+// workers, the table created at start. Tests pass their own handler around
+// Renderer, and options such as inbox.Observe.
+func NewService(b *inbox.Broker, render inbox.Handler[RenderInvoice], opts ...inbox.SubOption) (*inbox.Service, *inbox.Subscription, error) {
 	svc := inbox.NewService("invoices", "1.0.0", b)
 	svc.Signals = false
 	svc.OnStart(func(ctx context.Context) error { return migrations.Apply(ctx, b.DB(), Table) })
-	render := func(ctx context.Context, job RenderInvoice) error {
+	sub, err := inbox.Handle(svc, Queue, render, append([]inbox.SubOption{inbox.Workers(4)}, opts...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return svc, sub, nil
+}
+
+// Renderer is the handler of instance name: it writes each invoice under
+// outDir and reports it on done.
+func Renderer(name, outDir string, done chan<- Rendered) inbox.Handler[RenderInvoice] {
+	return func(ctx context.Context, job RenderInvoice) error {
 		var inv Invoice
 		if err := json.Unmarshal(job.Payload, &inv); err != nil {
 			return fmt.Errorf("invoice job %d: payload is not an invoice: %w", job.ID, err)
@@ -77,12 +99,6 @@ func NewInstance(name, url, outDir string, done chan<- Rendered, opts ...inbox.O
 		done <- Rendered{Instance: name, Invoice: inv.Number, Path: path}
 		return nil
 	}
-	sub, err := inbox.Handle(svc, Queue, render, inbox.Workers(4))
-	if err != nil {
-		b.Close()
-		return nil, err
-	}
-	return &Instance{Name: name, Broker: b, Service: svc, Render: sub}, nil
 }
 
 // WriteInvoices is the shop: it writes invoices from..from+n-1 to render

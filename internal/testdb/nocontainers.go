@@ -1,6 +1,6 @@
 //go:build !containers
 
-package inboxtest
+package testdb
 
 import "testing"
 

@@ -1,0 +1,123 @@
+// Package testdb gives each test a database of its own: SQLite in memory,
+// or a Postgres schema on the server in POSTGRES_TEST_URL or (build tag
+// containers) in a container. Users reach it through inboxtest; it lives
+// here so the library's own internal tests, which inboxtest cannot serve
+// (it imports inbox), share it.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// PostgresEnv is the variable that points the tests at a Postgres server.
+const PostgresEnv = "POSTGRES_TEST_URL"
+
+// ContainerImage is the Postgres that tests built with the containers tag
+// start (once per test binary) when PostgresEnv is unset.
+const ContainerImage = "postgres:15-alpine"
+
+// SQLite returns the URL of a fresh in-memory SQLite database, named for
+// this test alone, that every pool the test opens with it shares. It lives
+// while any pool on it is open.
+func SQLite(t testing.TB) string {
+	t.Helper()
+	return "sqlite://:memory:" + uniqueName(t)
+}
+
+// Postgres returns the URL of a schema of its own on the server named by
+// POSTGRES_TEST_URL (the URL sets search_path to it, so unqualified names
+// land there), dropped with everything in it at cleanup. Without the
+// variable, a test binary built with the tag containers starts one Postgres
+// (ContainerImage) with testcontainers and every test of the binary takes a
+// schema on it; otherwise the test is skipped, saying what to set.
+func Postgres(t testing.TB) string {
+	t.Helper()
+	base := os.Getenv(PostgresEnv)
+	if base == "" {
+		base = containerURL(t)
+	}
+	if base == "" {
+		t.Skipf("%s is not set: skipping a Postgres test (set it, e.g. %s=postgres://postgres@127.0.0.1:5432/test?sslmode=disable, or build with -tags containers on a machine with Docker)", PostgresEnv, PostgresEnv)
+	}
+	schema := "t_" + uniqueName(t)
+	db, _, err := dialect.Open(base)
+	if err != nil {
+		t.Fatalf("inboxtest: %v", err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+dialect.Quote(schema)); err != nil {
+		t.Fatalf("inboxtest: create schema %s on %s: %v", schema, PostgresEnv, err)
+	}
+	t.Cleanup(func() {
+		db, _, err := dialect.Open(base)
+		if err != nil {
+			t.Errorf("inboxtest: drop schema %s: %v", schema, err)
+			return
+		}
+		defer db.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		// Sessions a test left open hold locks on the schema's tables.
+		_, _ = db.ExecContext(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query_start IS NOT NULL AND application_name = $1", schema)
+		if _, err := db.ExecContext(ctx, "DROP SCHEMA "+dialect.Quote(schema)+" CASCADE"); err != nil {
+			t.Errorf("inboxtest: drop schema %s: %v", schema, err)
+		}
+	})
+	return withParams(base, "search_path", schema, "application_name", schema)
+}
+
+// Open opens a pool on url, closed at cleanup.
+func Open(t testing.TB, url string) *sql.DB {
+	t.Helper()
+	db, _, err := dialect.Open(url)
+	if err != nil {
+		t.Fatalf("inboxtest: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func withParams(raw string, kv ...string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	q := u.Query()
+	for i := 0; i+1 < len(kv); i += 2 {
+		q.Set(kv[i], kv[i+1])
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// uniqueName is the test's name made an identifier, with a random suffix.
+func uniqueName(t testing.TB) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + 'a' - 'A'
+		}
+		return '_'
+	}, t.Name())
+	if len(name) > 40 {
+		name = name[len(name)-40:]
+	}
+	return fmt.Sprintf("%s_%s", name, hex.EncodeToString(b[:]))
+}

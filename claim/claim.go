@@ -62,6 +62,11 @@ type Job struct {
 	Attempts int
 	// Value is the user's row, as Table.New made and the claim filled it.
 	Value any
+	// Err is set when the row could not be read into the user's type (a
+	// NULL in a non-nullable field, say): the job fails with it without
+	// running the handler, so it is retried and parked like any failure
+	// instead of stalling every claim that meets it.
+	Err error
 	Settler
 }
 
@@ -90,7 +95,34 @@ type Env struct {
 	// Conns is the most connections the form may hold at once, claims
 	// included: the pool's size less one.
 	Conns int
+	// Budget is shared by every subscription of a broker: a form takes a
+	// unit before it takes a pool connection for a claim or a job in work,
+	// and gives it back with the connection, so all subscriptions together
+	// leave one connection for handlers, publishes and settlements.
+	Budget *Budget
 }
+
+// Budget counts the pool connections a broker's claim forms hold.
+type Budget struct{ slots chan struct{} }
+
+// NewBudget returns a budget of n connections (at least one).
+func NewBudget(n int) *Budget { return &Budget{slots: make(chan struct{}, max(n, 1))} }
+
+// Acquire waits for a unit, or for ctx to end.
+func (b *Budget) Acquire(ctx context.Context) error {
+	select {
+	case b.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Release gives a unit back.
+func (b *Budget) Release() { <-b.slots }
+
+// InUse is how many units are taken.
+func (b *Budget) InUse() int { return len(b.slots) }
 
 // Form makes a Claimer for a subscription. It fails when the form cannot
 // serve the database or the table.
@@ -103,7 +135,9 @@ type Form interface {
 }
 
 // ScanJob reads one row of the shape every claim returns: id, locked_until,
-// attempts, then the table's Columns.
+// attempts, then the table's Columns. A row whose own columns scan but whose
+// user fields do not comes back with Err set; only a row whose id or lease
+// cannot be read is an error.
 func ScanJob(t Table, scan func(dest ...any) error) (*Job, error) {
 	value, dest := t.New()
 	var (
@@ -112,7 +146,16 @@ func ScanJob(t Table, scan func(dest ...any) error) (*Job, error) {
 		att   sql.NullInt64
 	)
 	if err := scan(append([]any{&j.ID, &lease, &att}, dest...)...); err != nil {
-		return nil, fmt.Errorf("scan a row of %q: %w", t.Unquoted, err)
+		// Scan again (database/sql allows it on the same row) with the
+		// user's fields discarded, to learn which row it is.
+		discard := make([]any, len(dest))
+		for i := range discard {
+			discard[i] = new(any)
+		}
+		if err2 := scan(append([]any{&j.ID, &lease, &att}, discard...)...); err2 != nil {
+			return nil, fmt.Errorf("scan a row of %q: %w", t.Unquoted, err)
+		}
+		j.Err = fmt.Errorf("table %q row %d cannot be read into %T: %w", t.Unquoted, j.ID, value, err)
 	}
 	at, _, err := t.Times.Decode(lease)
 	if err != nil {

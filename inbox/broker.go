@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/jmoiron/sqlx"
 
+	"github.com/sqlinbox/sqlinbox/claim"
 	"github.com/sqlinbox/sqlinbox/clock"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 	"github.com/sqlinbox/sqlinbox/notify"
@@ -34,6 +35,7 @@ type Broker struct {
 	log     *slog.Logger
 	hub     *notify.Hub
 	maxConn int // the pool's size; 0 when unbounded
+	budget  *claim.Budget
 
 	listener     *notify.Listener
 	stopListener context.CancelFunc
@@ -240,6 +242,7 @@ func newBroker(db *sql.DB, d *dialect.Dialect, cfg brokerConfig) (*Broker, error
 			_ = b.listener.Run(ctx)
 		}()
 	}
+	b.budget = claim.NewBudget(b.claimConns())
 	return b, nil
 }
 
@@ -269,9 +272,9 @@ func (b *Broker) Close() error {
 	return nil
 }
 
-// claimConns is how many connections a subscription may hold at once: the
-// pool's size less one (left for settlements and publishes) and less the
-// listener's; at least one.
+// claimConns is how many connections the broker's subscriptions may hold at
+// once, all together: the pool's size less one (left for handlers,
+// settlements and publishes) and less the listener's; at least one.
 func (b *Broker) claimConns() int {
 	if b.maxConn == 0 {
 		return 1 << 20

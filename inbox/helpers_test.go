@@ -154,3 +154,19 @@ func idle(t *testing.T, sub *inbox.Subscription) {
 		t.Fatalf("subscription not idle within 30s: %v", err)
 	}
 }
+
+// eventually waits for a condition the code exposes no signal for,
+// checking every 10ms.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("waited 30s for %s", what)
+		}
+	}
+}

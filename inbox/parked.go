@@ -48,7 +48,7 @@ func Unpark[T any](ctx context.Context, b *Broker, q Queue[T], ids ...int64) (in
 	if err != nil {
 		return 0, err
 	}
-	res, err := b.db.ExecContext(ctx, stmts.Unpark, t.Times.Encode(dialect.Never), b.d.ListArg(ids))
+	res, err := b.db.ExecContext(ctx, stmts.Unpark, t.Times.Encode(dialect.Never), b.d.ListArg(ids), groupArg(q))
 	if err != nil {
 		return 0, fmt.Errorf("inbox: unpark rows of %q: %w", q.table, err)
 	}

@@ -183,10 +183,18 @@ func (b *Broker) times(ctx context.Context, catalog dialect.Querier, table strin
 		if err != nil {
 			return tm, fmt.Errorf("inbox: %w", err)
 		}
+		found := false
 		for _, c := range cols {
 			if c.Name == s.column(RoleLockedUntil) {
 				tm.Encoding = dialect.EncodingFor(b.d.Kind, c.Type)
+				found = true
 			}
+		}
+		if !found {
+			// Nothing cached: the table may be created later, with either
+			// encoding.
+			return tm, &TableError{Table: table, Column: s.column(RoleLockedUntil), Problem: "is missing (or the table is)",
+				Fix: fmt.Sprintf("migrations.Apply(ctx, db, %q), or add the column", table)}
 		}
 	}
 	b.mu.Lock()
@@ -237,10 +245,13 @@ func insertStatement(d *dialect.Dialect, table string, s *shape, tm dialect.Time
 	}
 	cols = append(cols, dialect.Quote(s.column(RoleLockedUntil)))
 	n := len(fields) + 1
-	params = append(params, fmt.Sprintf("CASE WHEN $%d IS NULL THEN NULL ELSE %s END", n, tm.At(n)))
-	if d.Kind == dialect.Postgres && !tm.InDatabase {
-		params[len(params)-1] = fmt.Sprintf("$%d", n)
+	// NULL means no delay. Postgres keeps NULL through now() + NULL; SQLite's
+	// time functions would turn it into now, so it needs the CASE.
+	at := tm.At(n)
+	if d.Kind == dialect.SQLite && tm.InDatabase {
+		at = fmt.Sprintf("CASE WHEN $%d IS NULL THEN NULL ELSE %s END", n, at)
 	}
+	params = append(params, at)
 	insert := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) RETURNING %s",
 		dialect.Quote(table), strings.Join(cols, ", "), strings.Join(params, ", "), dialect.Quote(s.column(RoleID)))
 	if notify {

@@ -238,7 +238,9 @@ func (s *Subscription) setIdle(idle bool, poll time.Time, wake <-chan struct{}) 
 	s.idleMu.Lock()
 	defer s.idleMu.Unlock()
 	s.idlePoll, s.idleWake = poll, wake
-	if idle && !s.isIdle {
+	// Every idle report wakes WaitIdle: a wake taken while the loop stayed
+	// idle (during a claim backoff) must not leave a waiter asleep.
+	if idle {
 		close(s.idleNow)
 		s.idleNow = make(chan struct{})
 	}
@@ -335,7 +337,7 @@ func (s *Subscription) check(ctx context.Context) error {
 		return err
 	}
 	env := claim.Env{DB: s.b.db, Dialect: s.b.d, Table: t, SQL: s.b.d.Inbox(t.Table, t.Times), Clock: s.b.clock,
-		Lease: s.cfg.lease, Conns: s.b.claimConns()}
+		Lease: s.cfg.lease, Conns: s.b.claimConns(), Budget: s.b.budget}
 	if s.grouped {
 		env.Group = s.group
 	}
@@ -348,6 +350,7 @@ func (s *Subscription) check(ctx context.Context) error {
 }
 
 type claimResult struct {
+	at    time.Time // on the broker's clock, when the claim was sent
 	asked int
 	jobs  []*claim.Job
 	err   error
@@ -389,21 +392,23 @@ func (s *Subscription) Run(ctx context.Context) error {
 	}
 	conns := b.claimConns()
 	var (
-		free      = s.cfg.workers
-		inflight  = 0
-		idle      = false
-		wakeGen   uint64
-		failures  = 0
-		lastErr   string
-		results   = make(chan claimResult, s.cfg.workers+1)
-		done      = make(chan struct{}, s.cfg.workers)
-		poll      = b.clock.NewTimer(b.poll)
-		stopping  = false
-		claimCtx  = context.WithoutCancel(ctx)
-		batch     = s.claimer.Batch()
-		ctxDone   = ctx.Done()
-		pollArmed = true
-		pollDue   = b.clock.Now().Add(b.poll)
+		free     = s.cfg.workers
+		inflight = 0
+		idle     = false
+		wakeGen  uint64
+		failures = 0
+		lastErr  string
+		results  = make(chan claimResult, s.cfg.workers+1)
+		done     = make(chan struct{}, s.cfg.workers)
+		poll     = b.clock.NewTimer(b.poll)
+		stopping = false
+		// Claims outlive ctx so that rows a claim took at the stop are
+		// known and given back; they are cut ShutdownTimeout after it.
+		claimCtx, cancelClaims = context.WithCancel(context.WithoutCancel(ctx))
+		batch                  = s.claimer.Batch()
+		ctxDone                = ctx.Done()
+		pollArmed              = true
+		pollDue                = b.clock.Now().Add(b.poll)
 		// A claim that came back short holds the next wake-driven claim
 		// for wakeCooldown (host time: it paces statements, not the
 		// table's time), so a burst of wakes costs a few claims.
@@ -412,7 +417,7 @@ func (s *Subscription) Run(ctx context.Context) error {
 		coolTimer = time.NewTimer(time.Hour)
 	)
 	coolTimer.Stop()
-	defer func() { poll.Stop(); coolTimer.Stop() }()
+	defer func() { poll.Stop(); coolTimer.Stop(); cancelClaims() }()
 	cool := func() {
 		if wait := wakeCooldown - time.Since(lastShort); wait > 0 {
 			cooling = true
@@ -437,8 +442,9 @@ func (s *Subscription) Run(ctx context.Context) error {
 			gen := wakeGen
 			s.stats.claims.Add(1)
 			go func() {
+				at := b.clock.Now()
 				jobs, err := s.claimer.Claim(claimCtx, k)
-				results <- claimResult{asked: k, jobs: jobs, err: err, gen: gen}
+				results <- claimResult{at: at, asked: k, jobs: jobs, err: err, gen: gen}
 			}()
 		}
 		if stopping && inflight == 0 {
@@ -468,7 +474,7 @@ func (s *Subscription) Run(ctx context.Context) error {
 				handlers.Add(1)
 				go func() {
 					defer handlers.Done()
-					s.work(handlerCtx, log, j)
+					s.work(handlerCtx, log, j, r.at)
 					done <- struct{}{}
 				}()
 			}
@@ -521,6 +527,8 @@ func (s *Subscription) Run(ctx context.Context) error {
 		case <-ctxDone:
 			stopping = true
 			ctxDone = nil
+			cut := time.AfterFunc(s.cfg.shutdown, cancelClaims)
+			defer cut.Stop()
 		}
 	}
 
@@ -536,7 +544,15 @@ func (s *Subscription) Run(ctx context.Context) error {
 	}
 	cancelHandlers(fmt.Errorf("inbox: subscription %q: shutdown timeout %v passed", s.cfg.name, s.cfg.shutdown))
 	log.Warn("inbox: handlers still running at the shutdown timeout; their contexts are cancelled", "timeout", s.cfg.shutdown)
-	<-finished
+	// A handler that ignores its context is left behind after one more
+	// timeout: its row comes back when its lease or connection ends.
+	grace := time.NewTimer(s.cfg.shutdown)
+	defer grace.Stop()
+	select {
+	case <-finished:
+	case <-grace.C:
+		log.Error("inbox: handlers ignore their cancelled context; Run returns without them", "timeout", s.cfg.shutdown)
+	}
 	return nil
 }
 
@@ -564,7 +580,7 @@ func (s *Subscription) release(log *slog.Logger, j *claim.Job) {
 
 // work runs the handler on one job, extends its lease while it runs, and
 // settles it.
-func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job) {
+func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job, claimedAt time.Time) {
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	ev := Event{Subscription: s.cfg.name, ID: j.ID, Attempt: j.Attempts + 1, Start: s.b.clock.Now(), Outcome: Failed}
@@ -576,11 +592,16 @@ func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job)
 	}
 	s.shape.setLease(reflect.ValueOf(j.Value).Elem(), j.Lease)
 
+	// The lease runs from the claim's statement, which was sent at
+	// claimedAt: count from there, not from the handler's start, which a
+	// loaded machine may delay by a good part of the lease. expires is the
+	// earliest the lease can end; the extension is due a third before.
 	var ext clock.Timer
 	var extC <-chan time.Time
 	every := s.cfg.lease * 2 / 3
+	expires := claimedAt.Add(s.cfg.lease)
 	if !j.Lease.IsZero() && s.cfg.form.Name() == lease.Form.Name() {
-		ext = s.b.clock.NewTimer(every)
+		ext = s.b.clock.NewTimer(max(claimedAt.Add(every).Sub(s.b.clock.Now()), 0))
 		extC = ext.C()
 	}
 
@@ -590,7 +611,11 @@ func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job)
 	defer deadline.Stop()
 	timeoutC := deadline.C()
 	result := make(chan error, 1)
-	go func() { result <- s.call(hctx, j) }()
+	if j.Err != nil {
+		result <- j.Err // the row cannot be read: a failure, without the handler
+	} else {
+		go func() { result <- s.call(hctx, j) }()
+	}
 	lost := false
 	var err error
 wait:
@@ -602,6 +627,7 @@ wait:
 			timeoutC, extC = nil, nil
 			cancel(fmt.Errorf("%w after %v", ErrTimeout, s.cfg.timeout))
 		case <-extC:
+			sent := s.b.clock.Now()
 			ectx, ecancel := context.WithTimeout(context.Background(), settleTimeout)
 			xerr := j.Extend(ectx, s.cfg.lease)
 			ecancel()
@@ -612,12 +638,21 @@ wait:
 				s.stats.lost.Add(1)
 				log.Warn("inbox: lease lost while the handler ran; its outcome will change nothing", "table", s.table, "id", j.ID)
 				cancel(ErrLeaseLost)
+			case xerr != nil && !s.b.clock.Now().Before(expires):
+				// No extension held before the lease ran out: another
+				// claimer may have the row now.
+				lost = true
+				extC = nil
+				s.stats.lost.Add(1)
+				log.Warn("inbox: lease ran out while its extension kept failing; its outcome will change nothing", "table", s.table, "id", j.ID, "err", xerr)
+				cancel(ErrLeaseLost)
 			case xerr != nil:
 				log.Warn("inbox: lease extension failed; trying again", "table", s.table, "id", j.ID, "err", xerr)
 				ext = s.b.clock.NewTimer(every / 4)
 				extC = ext.C()
 			default:
-				ext = s.b.clock.NewTimer(every)
+				expires = sent.Add(s.cfg.lease)
+				ext = s.b.clock.NewTimer(max(sent.Add(every).Sub(s.b.clock.Now()), 0))
 				extC = ext.C()
 			}
 		}
@@ -672,7 +707,7 @@ wait:
 func (s *Subscription) settleFailed(log *slog.Logger, j *claim.Job, what string, err error) Outcome {
 	if errors.Is(err, claim.ErrLost) {
 		s.stats.lost.Add(1)
-		log.Warn("inbox: lease lost before "+what+"; the row is someone else's now and this outcome changes nothing", "table", s.table, "id", j.ID)
+		log.Warn("inbox: claim lost before "+what+" (its lease was taken over, or the connection holding it ended); the row is someone else's now and this outcome changes nothing", "table", s.table, "id", j.ID, "err", err)
 		return Lost
 	}
 	log.Error("inbox: "+what+" failed; the row comes back after its lease", "table", s.table, "id", j.ID, "err", err)

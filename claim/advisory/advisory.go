@@ -19,6 +19,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
+	"github.com/jackc/pgx/v5/stdlib"
 	"hash/fnv"
 	"math"
 	"sync"
@@ -96,12 +97,20 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	if max < 1 {
 		return nil, nil
 	}
+	if c.env.Budget != nil {
+		if err := c.env.Budget.Acquire(ctx); err != nil {
+			return nil, err
+		}
+	}
 	// Counted before the connection is asked for, so Held never reads less
 	// than the connections in use.
 	c.held.Add(1)
 	conn, err := c.env.DB.Conn(ctx)
 	if err != nil {
 		c.held.Add(-1)
+		if c.env.Budget != nil {
+			c.env.Budget.Release()
+		}
 		return nil, c.fail("take a connection", err)
 	}
 	p := &pin{c: c, conn: conn}
@@ -243,12 +252,31 @@ type pin struct {
 // be left on it, and uncounts it.
 func (p *pin) close() {
 	if p.dirty {
-		// A driver.ErrBadConn from Raw makes database/sql close the
-		// connection instead of pooling it; the session's locks go with it.
-		_ = p.conn.Raw(func(any) error { return driver.ErrBadConn })
+		// First ask the session to drop every advisory lock it holds; a
+		// pool that keeps sessions alive behind database/sql (a broker on a
+		// *pgxpool.Pool) would otherwise get the session back with its locks.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := p.conn.ExecContext(ctx, "SELECT pg_advisory_unlock_all()")
+		cancel()
+		if err != nil {
+			// Then end the session itself: closing the pgx connection ends
+			// it whatever pool is behind, and ErrBadConn keeps database/sql
+			// from pooling it.
+			_ = p.conn.Raw(func(dc any) error {
+				if sc, ok := dc.(*stdlib.Conn); ok {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					_ = sc.Conn().Close(ctx)
+				}
+				return driver.ErrBadConn
+			})
+		}
 	}
 	p.conn.Close()
 	p.c.held.Add(-1)
+	if p.c.env.Budget != nil {
+		p.c.env.Budget.Release()
+	}
 }
 
 // held is one job of a claim: a row locked on the claim's connection.

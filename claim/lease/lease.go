@@ -41,6 +41,12 @@ func (c *claimer) Held() int  { return 0 }
 
 func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	e := &c.env
+	if e.Budget != nil {
+		if err := e.Budget.Acquire(ctx); err != nil {
+			return nil, err
+		}
+		defer e.Budget.Release()
+	}
 	now := e.Clock.Now()
 	rows, err := e.DB.QueryContext(ctx, e.SQL.ClaimLease,
 		e.Table.Times.Arg(now, e.Lease), e.Table.Times.Arg(now, 0), max, e.Group)

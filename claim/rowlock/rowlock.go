@@ -67,12 +67,17 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 		return nil, nil
 	}
 	e := &c.env
+	if e.Budget != nil {
+		if err := e.Budget.Acquire(ctx); err != nil {
+			return nil, err
+		}
+	}
 	// Counted before the connection is asked for, so Held never reads less
 	// than the connections in use.
 	c.held.Add(1)
 	conn, err := e.DB.Conn(ctx)
 	if err != nil {
-		c.held.Add(-1)
+		c.uncount()
 		return nil, fmt.Errorf("claim from %q (rowlock): take a connection: %w", e.Table.Unquoted, err)
 	}
 	// The transaction outlives the claim's context: it lasts until the job
@@ -80,7 +85,7 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
 		conn.Close()
-		c.held.Add(-1)
+		c.uncount()
 		return nil, fmt.Errorf("claim from %q (rowlock): begin: %w", e.Table.Unquoted, err)
 	}
 	h := &hold{c: c, conn: conn, tx: tx}
@@ -138,8 +143,16 @@ func (h *hold) end(commit bool) error {
 		err = h.tx.Rollback()
 	}
 	h.conn.Close()
-	h.c.held.Add(-1)
+	h.c.uncount()
 	return err
+}
+
+// uncount gives back a connection's count and budget.
+func (c *claimer) uncount() {
+	c.held.Add(-1)
+	if c.env.Budget != nil {
+		c.env.Budget.Release()
+	}
 }
 
 // settle runs one statement on the held row, then commits. Any failure

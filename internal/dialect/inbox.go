@@ -67,7 +67,7 @@ type InboxSQL struct {
 	// available, held (leased or delayed), parked.
 	Count string
 	// Unpark makes parked rows available again with no attempts: $1 never,
-	// $2 ids (ListArg).
+	// $2 ids (ListArg), $3 group.
 	Unpark string
 }
 
@@ -141,7 +141,7 @@ FROM %[2]s WHERE TRUE%[4]s`, lu, t.Name, tm.At(1), group(3)))
 	if t.Attempts != "" {
 		reset = fmt.Sprintf(", %s = 0", t.Attempts)
 	}
-	s.Unpark = d.Rebind(fmt.Sprintf("UPDATE %s SET %s = NULL%s WHERE %s = $1 AND %s", t.Name, lu, reset, lu, d.InList(t.ID, 2)))
+	s.Unpark = d.Rebind(fmt.Sprintf("UPDATE %s SET %s = NULL%s WHERE %s = $1 AND %s%s", t.Name, lu, reset, lu, d.InList(t.ID, 2), group(3)))
 	if d.Kind == Postgres {
 		s.AckMany = fmt.Sprintf("DELETE FROM %s AS t USING unnest($1::bigint[], $2::timestamptz[]) AS a(id, lease) WHERE t.%s = a.id AND t.%s = a.lease", t.Name, t.ID, lu)
 		// The candidates are materialized before any lock is tried, and the

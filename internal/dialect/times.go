@@ -66,7 +66,9 @@ func (t Times) At(n int) string {
 	}
 	switch t.Encoding {
 	case Timestamptz:
-		return fmt.Sprintf("(now() + $%d::bigint * interval '1 microsecond')", n)
+		// statement_timestamp, not now(): inside a row-lock transaction
+		// now() is the claim's time, and a retry would count from it.
+		return fmt.Sprintf("(statement_timestamp() + $%d::bigint * interval '1 microsecond')", n)
 	case UnixMillis:
 		return fmt.Sprintf("(CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) + $%d / 1000)", n)
 	default:

@@ -117,6 +117,7 @@ func isNumber(s string) bool {
 type soakProc struct {
 	instance int // 0 for the producer
 	cmd      *exec.Cmd
+	stdin    io.WriteCloser
 	done     chan struct{} // closed when it has exited and been reaped
 	err      error
 	killed   bool // by the soak, on purpose
@@ -134,7 +135,8 @@ type soakRun struct {
 	producer   *soakProc
 	next       int // the next worker's instance number
 	exited     chan *soakProc
-	inTx       chan struct{} // the producer is inside a transaction
+	inTx       chan struct{}  // the producer is inside a transaction
+	producerIn io.WriteCloser // a line asks the producer to hold its next transaction
 	kills      int
 	restarts   int
 	unexpected int // processes that exited without being told to
@@ -149,10 +151,14 @@ func (r *soakRun) start(instance int, stdout io.Writer, args ...string) (*soakPr
 	cmd := exec.Command(r.exe, args...)
 	cmd.Stdout, cmd.Stderr = stdout, os.Stderr
 	dieWithParent(cmd)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", args[0], err)
 	}
-	p := &soakProc{instance: instance, cmd: cmd, done: make(chan struct{})}
+	p := &soakProc{instance: instance, cmd: cmd, stdin: stdin, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
@@ -189,6 +195,7 @@ func (r *soakRun) startProducer() error {
 		pr.Close()
 		return err
 	}
+	r.producerIn = p.stdin
 	go func() {
 		defer pr.Close()
 		s := bufio.NewScanner(pr)
@@ -349,6 +356,11 @@ loop:
 				break
 			}
 			r.logf("waiting for the producer to be inside a write transaction, to SIGKILL it there")
+			select { // a stale announcement
+			case <-r.inTx:
+			default:
+			}
+			_, _ = io.WriteString(r.producerIn, "hold\n")
 			writerKill = r.inTx
 			writerGiveUp = time.After(10 * time.Second)
 

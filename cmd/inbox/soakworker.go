@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"errors"
@@ -130,9 +131,9 @@ func (h *soakHandler) handle(ctx context.Context, row referenceRow) error {
 // soakProducer writes rows 1..jobs by plain SQL, spread evenly over a span
 // that began at --start, each batch in one transaction with its record in
 // the produced table. Restarted, it carries on from what the database says
-// was committed. With --pause-in-tx it prints "in-tx" on stdout inside each
-// transaction and waits a moment, so that the soak can kill it while it
-// holds the writer's lock.
+// was committed. With --pause-in-tx, each line read on stdin makes it hold
+// its next transaction open and print "in-tx" on stdout, so that the soak
+// can kill it while it holds SQLite's write lock.
 func soakProducer(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("soak-producer", flag.ContinueOnError)
 	url := fs.String("db", "", "database URL")
@@ -140,7 +141,7 @@ func soakProducer(ctx context.Context, args []string) error {
 	jobs := fs.Int64("jobs", 0, "rows to write in all")
 	startMS := fs.Int64("start", 0, "when the span began, Unix milliseconds")
 	over := fs.Duration("over", time.Minute, "span over which rows are spread")
-	pause := fs.Bool("pause-in-tx", false, "announce each transaction on stdout and hold it a moment")
+	pause := fs.Bool("pause-in-tx", false, "on a line on stdin, hold the next transaction open and say so on stdout")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -153,6 +154,20 @@ func soakProducer(ctx context.Context, args []string) error {
 	t, err := newSoakTables(d, *table)
 	if err != nil {
 		return err
+	}
+	// A line on stdin asks for the next transaction to be held open and
+	// announced, so that the soak can kill the producer inside it.
+	holdNext := make(chan struct{}, 1)
+	if *pause {
+		go func() {
+			s := bufio.NewScanner(os.Stdin)
+			for s.Scan() {
+				select {
+				case holdNext <- struct{}{}:
+				default:
+				}
+			}
+		}()
 	}
 	begun := time.UnixMilli(*startMS)
 	produce, record := t.produce(), t.produceRecord()
@@ -173,10 +188,17 @@ func soakProducer(ctx context.Context, args []string) error {
 				target = min(*jobs, int64(float64(*jobs)*el.Seconds()/over.Seconds())+1)
 			}
 			if n := min(target, have+500); n > have {
-				err = produceBatch(ctx, db, produce, record, have+1, n, *pause)
+				hold := false
+				if *pause {
+					select {
+					case <-holdNext:
+						hold = true
+					default:
+					}
+				}
+				err = produceBatch(ctx, db, produce, record, have+1, n, hold)
 				if err == nil {
 					have, failures = n, 0
-					continue
 				}
 			}
 		}
@@ -200,7 +222,7 @@ func soakProducer(ctx context.Context, args []string) error {
 	}
 }
 
-func produceBatch(ctx context.Context, db *sql.DB, produce, record string, from, to int64, pause bool) error {
+func produceBatch(ctx context.Context, db *sql.DB, produce, record string, from, to int64, hold bool) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -209,9 +231,9 @@ func produceBatch(ctx context.Context, db *sql.DB, produce, record string, from,
 	if _, err := tx.ExecContext(ctx, produce, from, to); err != nil {
 		return err
 	}
-	if pause {
+	if hold {
 		fmt.Println("in-tx")
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(5 * time.Second) // the soak kills the producer here
 	}
 	if _, err := tx.ExecContext(ctx, record, from, to); err != nil {
 		return err

@@ -19,7 +19,9 @@ import (
 	"syscall"
 )
 
-// command is one subcommand; each file registers its own in init.
+// command is one subcommand; each file registers its own in init. A command
+// registered without a summary is internal (the soak's worker and producer
+// processes) and left out of the usage.
 type command struct {
 	summary string
 	run     func(ctx context.Context, args []string) error
@@ -34,8 +36,10 @@ func register(name, summary string, run func(ctx context.Context, args []string)
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: inbox <command> [flags]\n\ncommands:")
 	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
+	for n, c := range commands {
+		if c.summary != "" { // commands without a summary are internal
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	for _, n := range names {

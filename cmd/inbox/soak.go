@@ -1,0 +1,541 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+func init() {
+	register("soak", "run worker processes under load, SIGKILL them (and restart the database); check no row is lost or held twice", soak)
+}
+
+// soakConfig is the soak's flags.
+type soakConfig struct {
+	url, form, table, restartCmd string
+	processes, workers           int
+	jobs                         int64
+	killEvery, seconds, drain    time.Duration
+	lease, handle                time.Duration
+	restartDB                    bool
+}
+
+func soak(ctx context.Context, args []string) error {
+	var c soakConfig
+	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
+	fs.StringVar(&c.url, "db", "", "database URL (required): postgres://... or a SQLite file, sqlite:///abs/path.db")
+	fs.StringVar(&c.form, "form", "lease", "claim form: lease, rowlock or advisory")
+	fs.StringVar(&c.table, "table", "inbox_soak", "inbox table, or schema.table; the soak drops and recreates it and its _produced, _marks and _kills tables")
+	fs.IntVar(&c.processes, "processes", 4, "worker processes at once")
+	fs.IntVar(&c.workers, "workers", 8, "handlers at once in each worker process")
+	fs.Int64Var(&c.jobs, "jobs", 5000, "rows the producer writes, spread over the first four fifths of --seconds")
+	fs.DurationVar(&c.killEvery, "kill-every", 5*time.Second, "SIGKILL a random worker process this often and start a fresh one; 0 kills none")
+	fs.BoolVar(&c.restartDB, "restart-db", false, "restart the database once, half way (SQLite: SIGKILL the producer inside a write transaction)")
+	fs.DurationVar(&c.seconds, "seconds", time.Minute, "how long the kills go on (a bare number is seconds); then the soak waits for the inbox to drain")
+	fs.DurationVar(&c.drain, "drain", time.Minute, "how long to wait for the inbox to drain after the kills stop")
+	fs.DurationVar(&c.lease, "lease", 2*time.Second, "the workers' lease (lease form): a killed worker's rows come back after it")
+	fs.DurationVar(&c.handle, "handle", 100*time.Millisecond, "mean handling time (uniform on 0..2x; one in a hundred runs 1.5 leases)")
+	fs.StringVar(&c.restartCmd, "restart-cmd", "", "command that restarts Postgres (default: pg_ctlcluster --skip-systemctl-redirect VERSION main restart, VERSION read from /etc/postgresql)")
+	// --seconds 60 reads as a minute, as the issue writes it.
+	for i, a := range args {
+		for _, p := range []string{"--seconds=", "-seconds="} {
+			if v, ok := strings.CutPrefix(a, p); ok && isNumber(v) {
+				args[i] = p + v + "s"
+			}
+		}
+		if (a == "--seconds" || a == "-seconds") && i+1 < len(args) && isNumber(args[i+1]) {
+			args[i+1] += "s"
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	switch {
+	case c.url == "":
+		return fmt.Errorf("--db is required")
+	case c.processes < 1, c.workers < 1, c.jobs < 1:
+		return fmt.Errorf("--processes, --workers and --jobs must be at least 1")
+	case c.seconds <= 0, c.killEvery < 0, c.lease < time.Second, c.handle < 0:
+		return fmt.Errorf("--seconds must be positive, --kill-every not negative, --lease at least 1s")
+	}
+	form, err := formByName(c.form)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the soak's own binary: %w", err)
+	}
+	db, d, err := dialect.Open(c.url)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(2)
+	if err := form.Supports(d); err != nil {
+		return fmt.Errorf("--form %s: %w", c.form, err)
+	}
+	if c.restartDB && d.Kind == dialect.Postgres && c.restartCmd == "" {
+		vs, err := os.ReadDir("/etc/postgresql")
+		if err != nil || len(vs) != 1 {
+			return fmt.Errorf("--restart-db: cannot tell the Postgres cluster from /etc/postgresql (%v): give --restart-cmd", err)
+		}
+		c.restartCmd = "pg_ctlcluster --skip-systemctl-redirect " + vs[0].Name() + " main restart"
+	}
+	t, err := newSoakTables(d, c.table)
+	if err != nil {
+		return err
+	}
+	if err := t.reset(ctx, db); err != nil {
+		return err
+	}
+	r := &soakRun{c: c, exe: exe, db: db, d: d, t: t, begun: time.Now(), exited: make(chan *soakProc, 64), inTx: make(chan struct{}, 1)}
+	defer r.killAll()
+	return r.run(ctx)
+}
+
+func isNumber(s string) bool {
+	_, err := strconv.ParseFloat(s, 64)
+	return err == nil
+}
+
+// soakProc is one process the soak started.
+type soakProc struct {
+	instance int // 0 for the producer
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	done     chan struct{} // closed when it has exited and been reaped
+	err      error
+	killed   bool // by the soak, on purpose
+}
+
+type soakRun struct {
+	c     soakConfig
+	exe   string
+	db    *sql.DB
+	d     *dialect.Dialect
+	t     *soakTables
+	begun time.Time
+
+	workers    []*soakProc
+	producer   *soakProc
+	next       int // the next worker's instance number
+	exited     chan *soakProc
+	inTx       chan struct{}  // the producer is inside a transaction
+	producerIn io.WriteCloser // a line asks the producer to hold its next transaction
+	kills      int
+	restarts   int
+	unexpected int // processes that exited without being told to
+	records    sync.WaitGroup
+}
+
+func (r *soakRun) logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "soak %6.1fs: "+format+"\n", append([]any{time.Since(r.begun).Seconds()}, args...)...)
+}
+
+func (r *soakRun) start(instance int, stdout io.Writer, args ...string) (*soakProc, error) {
+	cmd := exec.Command(r.exe, args...)
+	cmd.Stdout, cmd.Stderr = stdout, os.Stderr
+	dieWithParent(cmd)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", args[0], err)
+	}
+	p := &soakProc{instance: instance, cmd: cmd, stdin: stdin, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+		r.exited <- p
+	}()
+	return p, nil
+}
+
+func (r *soakRun) startWorker() error {
+	r.next++
+	p, err := r.start(r.next, os.Stderr, "soak-worker", "--db", r.c.url, "--table", r.c.table, "--form", r.c.form,
+		"--workers", strconv.Itoa(r.c.workers), "--lease", r.c.lease.String(), "--handle", r.c.handle.String(),
+		"--instance", strconv.Itoa(r.next))
+	if err != nil {
+		return err
+	}
+	r.workers = append(r.workers, p)
+	return nil
+}
+
+func (r *soakRun) startProducer() error {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	args := []string{"soak-producer", "--db", r.c.url, "--table", r.c.table, "--jobs", strconv.FormatInt(r.c.jobs, 10),
+		"--start", strconv.FormatInt(r.begun.UnixMilli(), 10), "--over", (r.c.seconds * 4 / 5).String()}
+	if r.c.restartDB && r.d.Kind == dialect.SQLite {
+		args = append(args, "--pause-in-tx")
+	}
+	p, err := r.start(0, pw, args...)
+	pw.Close()
+	if err != nil {
+		pr.Close()
+		return err
+	}
+	r.producerIn = p.stdin
+	go func() {
+		defer pr.Close()
+		s := bufio.NewScanner(pr)
+		for s.Scan() {
+			if s.Text() == "in-tx" {
+				select {
+				case r.inTx <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	r.producer = p
+	return nil
+}
+
+// kill sends SIGKILL and waits until the process is reaped.
+func (r *soakRun) kill(p *soakProc) {
+	p.killed = true
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// killAll ends every process still running: the soak's last word, also on
+// an error or an interrupt.
+func (r *soakRun) killAll() {
+	for _, p := range append(r.workers, r.producer) {
+		if p != nil {
+			select {
+			case <-p.done:
+			default:
+				r.kill(p)
+			}
+		}
+	}
+}
+
+// recordKill writes the kill into the database, waiting out a restart.
+func (r *soakRun) recordKill(instance int) {
+	r.records.Add(1)
+	go func() {
+		defer r.records.Done()
+		q := r.t.recordKill()
+		for deadline := time.Now().Add(2 * time.Minute); ; {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := r.db.ExecContext(ctx, q, instance)
+			cancel()
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				r.logf("could not record the kill of worker %d: %v", instance, err)
+				return
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}()
+}
+
+func (r *soakRun) run(ctx context.Context) error {
+	c := &r.c
+	r.logf("form=%s db=%s processes=%d workers=%d jobs=%d kill-every=%v restart-db=%v seconds=%v lease=%v table=%s",
+		c.form, r.d, c.processes, c.workers, c.jobs, c.killEvery, c.restartDB, c.seconds, c.lease, c.table)
+	for range c.processes {
+		if err := r.startWorker(); err != nil {
+			return err
+		}
+	}
+	if err := r.startProducer(); err != nil {
+		return err
+	}
+
+	var killC <-chan time.Time
+	if c.killEvery > 0 {
+		k := time.NewTicker(c.killEvery)
+		defer k.Stop()
+		killC = k.C
+	}
+	progress := time.NewTicker(5 * time.Second)
+	defer progress.Stop()
+	end := time.NewTimer(c.seconds)
+	defer end.Stop()
+	var restartC <-chan time.Time
+	if c.restartDB {
+		rt := time.NewTimer(c.seconds / 2)
+		defer rt.Stop()
+		restartC = rt.C
+	}
+	restarted := make(chan error, 1)
+	var writerKill <-chan struct{} // armed on SQLite at the restart's time
+	var writerGiveUp <-chan time.Time
+	var drainC <-chan time.Time
+	var drainDeadline time.Time
+	drained := false
+	restarting := false
+	var finalCounts soakCounts
+
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+
+		case <-killC:
+			var alive []*soakProc
+			for _, p := range r.workers {
+				if !p.killed {
+					select {
+					case <-p.done:
+					default:
+						alive = append(alive, p)
+					}
+				}
+			}
+			if len(alive) == 0 {
+				break
+			}
+			p := alive[rand.IntN(len(alive))]
+			r.kill(p)
+			r.kills++
+			r.recordKill(p.instance)
+			if err := r.startWorker(); err != nil {
+				return err
+			}
+
+		case p := <-r.exited:
+			if p.killed || drained {
+				break
+			}
+			if p == r.producer {
+				if p.err == nil {
+					r.logf("producer wrote all %d rows", c.jobs)
+					r.producer = nil
+					break
+				}
+				r.unexpected++
+				r.logf("producer exited on its own (%v); starting another", p.err)
+				if err := r.startProducer(); err != nil {
+					return err
+				}
+				break
+			}
+			r.unexpected++
+			r.logf("worker %d exited on its own (%v); starting another", p.instance, p.err)
+			if err := r.startWorker(); err != nil {
+				return err
+			}
+
+		case <-restartC:
+			if r.d.Kind == dialect.Postgres {
+				r.logf("restarting the database: %s", c.restartCmd)
+				restarting = true
+				go func() { restarted <- restartPostgres(ctx, c.restartCmd, r.db) }()
+				break
+			}
+			if r.producer == nil {
+				r.logf("the producer has finished: no writer to kill")
+				break
+			}
+			r.logf("waiting for the producer to be inside a write transaction, to SIGKILL it there")
+			select { // a stale announcement
+			case <-r.inTx:
+			default:
+			}
+			_, _ = io.WriteString(r.producerIn, "hold\n")
+			writerKill = r.inTx
+			writerGiveUp = time.After(10 * time.Second)
+
+		case <-writerKill:
+			writerKill, writerGiveUp = nil, nil
+			if r.producer != nil {
+				r.kill(r.producer)
+				r.restarts++
+				r.logf("killed the producer inside its write transaction; starting another")
+				if err := r.startProducer(); err != nil {
+					return err
+				}
+			}
+
+		case <-writerGiveUp:
+			writerKill, writerGiveUp = nil, nil
+			r.logf("the producer opened no transaction within 10s: no writer killed")
+
+		case err := <-restarted:
+			restarting = false
+			if err != nil {
+				r.logf("database restart failed: %v", err)
+				break
+			}
+			r.restarts++
+			r.logf("database restarted and reachable")
+
+		case <-progress.C:
+			r.progress(ctx)
+
+		case <-end.C:
+			killC = nil
+			r.logf("kills stop after %d; waiting up to %v for the inbox to drain", r.kills, c.drain)
+			drainDeadline = time.Now().Add(c.drain)
+			tick := time.NewTicker(500 * time.Millisecond)
+			defer tick.Stop()
+			drainC = tick.C
+
+		case <-drainC:
+			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			cn, err := r.t.counts(qctx, r.db)
+			cancel()
+			if err == nil && cn.Produced == c.jobs && cn.Queued == 0 {
+				finalCounts = cn
+				break loop
+			}
+			if time.Now().After(drainDeadline) {
+				r.logf("the inbox did not drain within %v: %+v (%v)", c.drain, cn, err)
+				break loop
+			}
+		}
+	}
+	drained = true
+	r.logf("drained: %d rows handled in %d handlings; stopping the workers", finalCounts.Handled, finalCounts.Handlings)
+	r.stopAll()
+	if restarting {
+		// A restart still under way ends before the verdict.
+		select {
+		case err := <-restarted:
+			if err == nil {
+				r.restarts++
+			}
+		case <-time.After(3 * time.Minute):
+		}
+	}
+	r.records.Wait()
+	return r.judge(ctx)
+}
+
+// stopAll asks every process to stop (SIGTERM: workers finish their
+// handlers) and kills the ones that do not within 30 s.
+func (r *soakRun) stopAll() {
+	var live []*soakProc
+	for _, p := range append(r.workers, r.producer) {
+		if p == nil || p.killed {
+			continue
+		}
+		select {
+		case <-p.done:
+			continue
+		default:
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		live = append(live, p)
+	}
+	deadline := time.After(30 * time.Second)
+	for _, p := range live {
+		select {
+		case <-p.done:
+		case <-deadline:
+			r.logf("process %d did not stop within 30s of SIGTERM: killing it", p.cmd.Process.Pid)
+			r.kill(p)
+		}
+	}
+}
+
+func (r *soakRun) progress(ctx context.Context) {
+	qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	cn, err := r.t.counts(qctx, r.db)
+	if err != nil {
+		r.logf("progress: the database does not answer: %v", err)
+		return
+	}
+	r.logf("produced=%d/%d handled=%d queued=%d handlings=%d kills=%d db_restarts=%d",
+		cn.Produced, r.c.jobs, cn.Handled, cn.Queued, cn.Handlings, r.kills, r.restarts)
+}
+
+// judge reads the verdict from the records, waiting for the database if it
+// is still coming back, prints the key=value line and fails the run on a
+// lost row, an overlap, or a soak that did not test what it says.
+func (r *soakRun) judge(ctx context.Context) error {
+	var v soakVerdict
+	var err error
+	for deadline := time.Now().Add(time.Minute); ; {
+		qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		v, err = r.t.verdict(qctx, r.db)
+		cancel()
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if err != nil {
+		return fmt.Errorf("read the verdict: %w", err)
+	}
+	c := &r.c
+	r.logf("produced=%d lost=%d queued=%d overlaps=%d redelivered=%d max_killed_wait=%v max_wait_any_redelivery=%v orphans=%d unexpected_exits=%d",
+		v.Produced, v.Lost, v.Queued, v.Overlaps, v.Redelivered, time.Duration(v.MaxKilledWaitUS)*time.Microsecond,
+		time.Duration(v.MaxWaitUS)*time.Microsecond, v.Orphans, r.unexpected)
+	fmt.Printf("form=%s db=%s processes=%d jobs=%d kills=%d db_restarts=%d lost=%d overlaps=%d redelivered=%d max_redelivery_wait_ms=%d\n",
+		c.form, r.d, c.processes, c.jobs, r.kills, r.restarts, v.Lost, v.Overlaps, v.Redelivered, v.MaxKilledWaitUS/1000)
+	var why []string
+	if v.Lost > 0 {
+		why = append(why, fmt.Sprintf("%d rows lost", v.Lost))
+	}
+	if v.Overlaps > 0 {
+		why = append(why, fmt.Sprintf("%d overlapping handlings", v.Overlaps))
+	}
+	if v.Produced != c.jobs {
+		why = append(why, fmt.Sprintf("the producer wrote %d of %d rows", v.Produced, c.jobs))
+	}
+	if v.Orphans > 0 {
+		why = append(why, fmt.Sprintf("%d handlings of rows the producer never recorded", v.Orphans))
+	}
+	if r.unexpected > 0 {
+		why = append(why, fmt.Sprintf("%d processes exited without being told to", r.unexpected))
+	}
+	if c.restartDB && r.restarts == 0 {
+		why = append(why, "the database restart asked for did not happen")
+	}
+	if len(why) > 0 {
+		return fmt.Errorf("%w: %s", errSoakFailed, strings.Join(why, "; "))
+	}
+	return nil
+}
+
+// restartPostgres runs the restart command, then waits until the database
+// answers again.
+func restartPostgres(ctx context.Context, command string, db *sql.DB) error {
+	f := strings.Fields(command)
+	out, err := exec.CommandContext(ctx, f[0], f[1:]...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", command, err, strings.TrimSpace(string(out)))
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := db.PingContext(pctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return errors.Join(errors.New("the database did not come back within two minutes"), err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -172,81 +172,8 @@ func (f *fixture) advisoryLocks(t *testing.T) int {
 
 // run runs sub until the test ends, failing the test if Run returns an
 // error; stop stops it and waits.
-func run(t *testing.T, sub *inbox.Subscription) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sub.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			case <-time.After(60 * time.Second):
-				t.Errorf("subscription did not stop within 60s")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
 // events collects Observe events and lets a test wait on them.
-type events struct {
-	mu   sync.Mutex
-	all  []inbox.Event
-	more chan struct{}
-}
-
-func newEvents() *events { return &events{more: make(chan struct{})} }
-
-func (e *events) observe(ev inbox.Event) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.all = append(e.all, ev)
-	close(e.more)
-	e.more = make(chan struct{})
-}
-
-func (e *events) snapshot() []inbox.Event {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]inbox.Event(nil), e.all...)
-}
-
 // wait blocks until cond holds over the events seen, or fails the test.
-func (e *events) wait(t *testing.T, what string, timeout time.Duration, cond func([]inbox.Event) bool) []inbox.Event {
-	t.Helper()
-	deadline := time.After(timeout)
-	for {
-		e.mu.Lock()
-		all := append([]inbox.Event(nil), e.all...)
-		more := e.more
-		e.mu.Unlock()
-		if cond(all) {
-			return all
-		}
-		select {
-		case <-more:
-		case <-deadline:
-			t.Fatalf("waited %v for %s; %d events so far", timeout, what, len(all))
-		}
-	}
-}
-
-func idle(t *testing.T, sub *inbox.Subscription) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := sub.WaitIdle(ctx); err != nil {
-		t.Fatalf("subscription not idle within 30s: %v", err)
-	}
-}
-
 // handlings records each handling's start and end per id, and catches two
 // holders of one row at once as it happens.
 type handlings struct {
@@ -311,7 +238,7 @@ func (s suite) manyInstances(t *testing.T) {
 	}
 	failsOnce := func(id int64) bool { return id%97 == 0 }
 	h := newHandlings()
-	ev := newEvents()
+	ev := inboxtest.NewEvents(t)
 	handler := func(ctx context.Context, j Job) error {
 		start := h.start(j.ID)
 		defer h.end(j.ID, start)
@@ -325,11 +252,11 @@ func (s suite) manyInstances(t *testing.T) {
 	for i := range instances {
 		b := f.broker(t, f.url, inbox.MaxConns(workers+2), inbox.PollInterval(50*time.Millisecond))
 		sub, err := inbox.Subscribe(b, f.queue, handler, inbox.Form(s.form), inbox.Workers(workers),
-			inbox.Observe(ev.observe), inbox.Name(fmt.Sprintf("instance %d", i)))
+			ev.Observe(), inbox.Name(fmt.Sprintf("instance %d", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, sub)
+		inboxtest.RunSubscription(t, sub)
 		brokers = append(brokers, b)
 	}
 	for len(ids) < total {
@@ -345,7 +272,7 @@ func (s suite) manyInstances(t *testing.T) {
 		}
 		return m
 	}
-	all := ev.wait(t, fmt.Sprintf("%d rows acked", total), 3*time.Minute, func(evs []inbox.Event) bool {
+	all := ev.WaitFor(3*time.Minute, fmt.Sprintf("%d rows acked", total), func(evs []inbox.Event) bool {
 		return len(acked(evs)) >= total
 	})
 	h.check(t)
@@ -413,17 +340,17 @@ func (s suite) killedHolder(t *testing.T) {
 	}
 
 	started, release := make(chan struct{}), make(chan struct{})
-	victimEv := newEvents()
+	victimEv := inboxtest.NewEvents(t)
 	vb := f.broker(t, victimURL, append(victimOpts, inbox.MaxConns(3))...)
 	victim, err := inbox.Subscribe(vb, f.queue, func(ctx context.Context, j Job) error {
 		close(started)
 		<-release
 		return nil
-	}, inbox.Form(s.form), inbox.Lease(leaseFor), inbox.Observe(victimEv.observe), inbox.Name("victim"))
+	}, inbox.Form(s.form), inbox.Lease(leaseFor), victimEv.Observe(), inbox.Name("victim"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, victim)
+	inboxtest.RunSubscription(t, victim)
 	select {
 	case <-started:
 	case <-time.After(30 * time.Second):
@@ -437,16 +364,16 @@ func (s suite) killedHolder(t *testing.T) {
 		}
 	}()
 
-	survivorEv := newEvents()
+	survivorEv := inboxtest.NewEvents(t)
 	sb := f.broker(t, f.url, append(survivorOpts, inbox.MaxConns(3))...)
 	survivor, err := inbox.Subscribe(sb, f.queue, func(ctx context.Context, j Job) error { return nil },
-		inbox.Form(s.form), inbox.Lease(leaseFor), inbox.Observe(survivorEv.observe), inbox.Name("survivor"))
+		inbox.Form(s.form), inbox.Lease(leaseFor), survivorEv.Observe(), inbox.Name("survivor"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, survivor)
-	idle(t, survivor) // it claimed and found the row held
-	if evs := survivorEv.snapshot(); len(evs) != 0 {
+	inboxtest.RunSubscription(t, survivor)
+	inboxtest.Idle(t, survivor) // it claimed and found the row held
+	if evs := survivorEv.All(); len(evs) != 0 {
 		t.Fatalf("the survivor handled a row the victim holds: %+v", evs)
 	}
 
@@ -464,7 +391,7 @@ func (s suite) killedHolder(t *testing.T) {
 			WHERE locktype = 'advisory' AND classid = $1::int::oid AND objid = $2::bigint::oid AND objsubid = 2 AND granted`,
 			advisory.Class(f.table), id)
 	}
-	survivorEv.wait(t, "the survivor to ack the row of the killed holder", 30*time.Second, func(evs []inbox.Event) bool {
+	survivorEv.WaitFor(30*time.Second, "the survivor to ack the row of the killed holder", func(evs []inbox.Event) bool {
 		return len(evs) > 0
 	})
 	if s.form != lease.Form {
@@ -473,11 +400,11 @@ func (s suite) killedHolder(t *testing.T) {
 		}
 	}
 	close(release)
-	vevs := victimEv.wait(t, "the victim's outcome", 30*time.Second, func(evs []inbox.Event) bool { return len(evs) > 0 })
+	vevs := victimEv.WaitFor(30*time.Second, "the victim's outcome", func(evs []inbox.Event) bool { return len(evs) > 0 })
 	if len(vevs) != 1 || vevs[0].ID != id || vevs[0].Outcome != inbox.Lost {
 		t.Errorf("the killed holder's handling: %+v, want one Lost outcome for row %d", vevs, id)
 	}
-	sevs := survivorEv.snapshot()
+	sevs := survivorEv.All()
 	if len(sevs) != 1 || sevs[0].ID != id || sevs[0].Outcome != inbox.Acked {
 		t.Errorf("the survivor's handlings: %+v, want row %d acked once", sevs, id)
 	}
@@ -572,7 +499,7 @@ func (s suite) poolCap(t *testing.T) {
 		started             = make(chan struct{}, rows)
 		release             = make(chan struct{})
 	)
-	ev := newEvents()
+	ev := inboxtest.NewEvents(t)
 	sub, err := inbox.Subscribe(b, f.queue, func(ctx context.Context, j Job) error {
 		n := running.Add(1)
 		defer running.Add(-1)
@@ -582,11 +509,11 @@ func (s suite) poolCap(t *testing.T) {
 		started <- struct{}{}
 		<-release
 		return nil
-	}, inbox.Form(s.form), inbox.Workers(workers), inbox.Observe(ev.observe))
+	}, inbox.Form(s.form), inbox.Workers(workers), ev.Observe())
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, sub)
+	inboxtest.RunSubscription(t, sub)
 	for i := range atOnce {
 		select {
 		case <-started:
@@ -597,7 +524,7 @@ func (s suite) poolCap(t *testing.T) {
 	sample()
 	inUse, inWork := b.DB().Stats().InUse, maxInUse.Load()
 	close(release)
-	ev.wait(t, "every row acked", time.Minute, func(evs []inbox.Event) bool { return len(evs) >= rows })
+	ev.WaitFor(time.Minute, "every row acked", func(evs []inbox.Event) bool { return len(evs) >= rows })
 	close(stopSampling)
 	<-sampled
 	if inUse > pool-1 || inWork > pool-1 {
@@ -613,7 +540,7 @@ func (s suite) poolCap(t *testing.T) {
 	if m := maxRunning.Load(); m != int64(atOnce) {
 		t.Errorf("at most %d jobs ran at once, want %d", m, atOnce)
 	}
-	for _, e := range ev.snapshot() {
+	for _, e := range ev.All() {
 		if e.Outcome != inbox.Acked {
 			t.Errorf("row %d: %s (%v)", e.ID, e.Outcome, e.Err)
 		}
@@ -642,20 +569,20 @@ func (s suite) delayedRows(t *testing.T) {
 	}
 	now := f.insert(t, 1)[0]
 	b := f.broker(t, f.url, inbox.WithClock(clk), inbox.PollInterval(time.Minute), inbox.MaxConns(3))
-	ev := newEvents()
+	ev := inboxtest.NewEvents(t)
 	sub, err := inbox.Subscribe(b, f.queue, func(context.Context, Job) error { return nil },
-		inbox.Form(s.form), inbox.Workers(2), inbox.Observe(ev.observe))
+		inbox.Form(s.form), inbox.Workers(2), ev.Observe())
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, sub)
-	ev.wait(t, "the available row acked", 30*time.Second, func(evs []inbox.Event) bool { return len(evs) > 0 })
-	idle(t, sub)
-	if evs := ev.snapshot(); len(evs) != 1 || evs[0].ID != now {
+	inboxtest.RunSubscription(t, sub)
+	ev.WaitFor(30*time.Second, "the available row acked", func(evs []inbox.Event) bool { return len(evs) > 0 })
+	inboxtest.Idle(t, sub)
+	if evs := ev.All(); len(evs) != 1 || evs[0].ID != now {
 		t.Fatalf("handled before the delayed row's time: %+v, want only row %d", evs, now)
 	}
 	clk.Advance(time.Hour + time.Minute) // past the row's time, and the poll
-	evs := ev.wait(t, "the delayed row acked at its time", 30*time.Second, func(evs []inbox.Event) bool { return len(evs) > 1 })
+	evs := ev.WaitFor(30*time.Second, "the delayed row acked at its time", func(evs []inbox.Event) bool { return len(evs) > 1 })
 	if len(evs) != 2 || evs[1].ID != delayed || evs[1].Outcome != inbox.Acked {
 		t.Errorf("handlings %+v, want row %d then the delayed row %d", evs, now, delayed)
 	}

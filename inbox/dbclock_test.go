@@ -7,6 +7,7 @@ import (
 
 	"github.com/sqlinbox/sqlinbox/clock"
 	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/inboxtest"
 )
 
 // With the database clock, a host whose clock runs an hour ahead still
@@ -40,27 +41,27 @@ func TestDatabaseClockIgnoresHostSkew(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				stopHolder := run(t, held)
+				stopHolder := inboxtest.RunSubscription(t, held)
 				<-started
 				defer func() { close(finish); stopHolder() }()
 
-				ev := newEvents()
+				ev := inboxtest.NewEvents(t)
 				thief, err := inbox.Subscribe(other, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil },
-					inbox.Observe(ev.observe))
+					ev.Observe())
 				if err != nil {
 					t.Fatal(err)
 				}
-				run(t, thief)
+				inboxtest.RunSubscription(t, thief)
 				if !tc.database {
-					ev.wait(t, "the skewed host to take the row (control)", func(e []inbox.Event) bool { return len(e) == 1 })
+					ev.Wait("the skewed host to take the row (control)", func(e []inbox.Event) bool { return len(e) == 1 })
 					return
 				}
 				for range 5 { // five polls of the skewed instance
-					idle(t, thief)
+					inboxtest.Idle(t, thief)
 					ahead.Advance(time.Second)
 				}
-				idle(t, thief)
-				if n := ev.len(); n != 0 {
+				inboxtest.Idle(t, thief)
+				if n := ev.Len(); n != 0 {
 					t.Fatalf("an instance an hour ahead took a held row %d times on the database clock", n)
 				}
 				if got := thief.Stats().Claims; got < 5 {

@@ -35,22 +35,24 @@ func TestUndecodablePayloadsParked(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		ev := newEvents()
+		ev := inboxtest.NewEvents(t)
 		sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(ctx context.Context, j Job) error {
 			var v struct{ N int }
 			if err := json.Unmarshal(j.Payload, &v); err != nil {
 				return err
 			}
 			return nil
-		}, inbox.Workers(3), inbox.MaxAttempts(2), inbox.Observe(ev.observe))
+		}, inbox.Workers(3), inbox.MaxAttempts(2), ev.Observe())
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, sub)
-		ev.wait(t, "5 acks and 2 retries", func(e []inbox.Event) bool { return count(e, inbox.Acked) == 5 && count(e, inbox.Retried) == 2 })
-		idle(t, sub)
+		inboxtest.RunSubscription(t, sub)
+		ev.Wait("5 acks and 2 retries", func(e []inbox.Event) bool {
+			return inboxtest.Count(e, inbox.Acked) == 5 && inboxtest.Count(e, inbox.Retried) == 2
+		})
+		inboxtest.Idle(t, sub)
 		clk.Advance(time.Minute)
-		ev.wait(t, "2 parked", func(e []inbox.Event) bool { return count(e, inbox.Parked) == 2 })
+		ev.Wait("2 parked", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Parked) == 2 })
 		parked, err := inbox.ListParked(context.Background(), b, inbox.MustQueue[Job]("jobs"))
 		if err != nil || len(parked) != 2 {
 			t.Fatalf("parked = %v, %v", parked, err)
@@ -70,25 +72,25 @@ func TestBlockingHandlerTimesOut(t *testing.T) {
 		clk := fake()
 		b := open(t, url, inbox.WithClock(clk))
 		insert(t, b.DB(), 1)
-		ev := newEvents()
+		ev := inboxtest.NewEvents(t)
 		running := make(chan struct{}, 4)
 		sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(ctx context.Context, j Job) error {
 			running <- struct{}{}
 			<-ctx.Done()
 			return ctx.Err()
-		}, inbox.Lease(30*time.Second), inbox.Timeout(10*time.Second), inbox.MaxAttempts(2), inbox.Observe(ev.observe))
+		}, inbox.Lease(30*time.Second), inbox.Timeout(10*time.Second), inbox.MaxAttempts(2), ev.Observe())
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, sub)
+		inboxtest.RunSubscription(t, sub)
 		for attempt := 1; attempt <= 2; attempt++ {
 			<-running
 			clk.Advance(10 * time.Second) // the timeout, before any extension is due
-			ev.wait(t, "the timed-out handling settled", func(e []inbox.Event) bool { return len(e) == attempt })
-			idle(t, sub)
+			ev.Wait("the timed-out handling settled", func(e []inbox.Event) bool { return len(e) == attempt })
+			inboxtest.Idle(t, sub)
 			clk.Advance(time.Minute)
 		}
-		evs := ev.wait(t, "parked", func(e []inbox.Event) bool { return count(e, inbox.Parked) == 1 })
+		evs := ev.Wait("parked", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Parked) == 1 })
 		if !errors.Is(evs[0].Err, inbox.ErrTimeout) || evs[0].Outcome != inbox.Retried {
 			t.Fatalf("first handling: %+v, want a retry for ErrTimeout", evs[0])
 		}
@@ -118,7 +120,7 @@ func TestLargePayload(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, sub)
+		inboxtest.RunSubscription(t, sub)
 		select {
 		case n := <-got:
 			if n != len(big) {
@@ -135,13 +137,13 @@ func TestLargePayload(t *testing.T) {
 func TestTableDroppedMidRun(t *testing.T) {
 	eachDB(t, func(t *testing.T, url string) {
 		b := open(t, url, inbox.PollInterval(50*time.Millisecond))
-		ev := newEvents()
-		sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil }, inbox.Observe(ev.observe))
+		ev := inboxtest.NewEvents(t)
+		sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil }, ev.Observe())
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, sub)
-		idle(t, sub)
+		inboxtest.RunSubscription(t, sub)
+		inboxtest.Idle(t, sub)
 		if _, err := b.DB().Exec("DROP TABLE jobs"); err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +162,7 @@ func TestTableDroppedMidRun(t *testing.T) {
 		}
 		insert(t, b.DB(), 3)
 		b.Wake("jobs", "")
-		ev.wait(t, "the 3 rows after the table came back", func(e []inbox.Event) bool { return count(e, inbox.Acked) == 3 })
+		ev.Wait("the 3 rows after the table came back", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) == 3 })
 	})
 }
 
@@ -242,10 +244,10 @@ func TestDatabaseUnreachableAtStartAndMidRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	ev := newEvents()
+	ev := inboxtest.NewEvents(t)
 	svc := inbox.NewService("faults", "test", b)
 	svc.Signals = false
-	if _, err := inbox.Handle(svc, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil }, inbox.Observe(ev.observe)); err != nil {
+	if _, err := inbox.Handle(svc, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil }, ev.Observe()); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -265,13 +267,13 @@ func TestDatabaseUnreachableAtStartAndMidRun(t *testing.T) {
 	case <-time.After(500 * time.Millisecond): // it is retrying; now bring the database up
 	}
 	p.start(t, addr)
-	ev.wait(t, "the 5 rows once the database is reachable", func(e []inbox.Event) bool { return count(e, inbox.Acked) == 5 })
+	ev.Wait("the 5 rows once the database is reachable", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) == 5 })
 
 	// Lost mid-run: cut every connection and refuse new ones for a while.
 	p.stop()
 	insert(t, producer.DB(), 5)
 	p.start(t, addr)
-	ev.wait(t, "the 5 rows written while connections were cut", func(e []inbox.Event) bool { return count(e, inbox.Acked) == 10 })
+	ev.Wait("the 5 rows written while connections were cut", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) == 10 })
 	if n := rows(t, producer.DB()); n != 0 {
 		t.Fatalf("%d rows left", n)
 	}

@@ -3,7 +3,6 @@ package inbox_test
 import (
 	"context"
 	"database/sql"
-	"sync"
 	"testing"
 	"time"
 
@@ -46,82 +45,8 @@ func open(t *testing.T, url string, opts ...inbox.Option) *inbox.Broker {
 }
 
 // run runs sub until the test ends, failing the test if Run returns an error.
-func run(t *testing.T, sub *inbox.Subscription) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sub.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			case <-time.After(60 * time.Second):
-				t.Errorf("subscription did not stop within 60s")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
 // events collects Observe events and lets a test wait for them.
-type events struct {
-	mu   sync.Mutex
-	all  []inbox.Event
-	more chan struct{}
-}
-
-func newEvents() *events { return &events{more: make(chan struct{})} }
-
-func (e *events) observe(ev inbox.Event) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.all = append(e.all, ev)
-	close(e.more)
-	e.more = make(chan struct{})
-}
-
 // wait blocks until cond holds over the events seen, or fails the test.
-func (e *events) wait(t *testing.T, what string, cond func([]inbox.Event) bool) []inbox.Event {
-	t.Helper()
-	deadline := time.After(30 * time.Second)
-	for {
-		e.mu.Lock()
-		all := append([]inbox.Event(nil), e.all...)
-		more := e.more
-		e.mu.Unlock()
-		if cond(all) {
-			return all
-		}
-		select {
-		case <-more:
-		case <-deadline:
-			t.Fatalf("waited 30s for %s; events so far: %+v", what, all)
-		}
-	}
-}
-
-func (e *events) len() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.all)
-}
-
-func count(evs []inbox.Event, o inbox.Outcome) int {
-	n := 0
-	for _, e := range evs {
-		if e.Outcome == o {
-			n++
-		}
-	}
-	return n
-}
-
 // insert writes n rows by plain SQL, as a producer would.
 func insert(t *testing.T, db *sql.DB, n int) {
 	t.Helper()
@@ -146,15 +71,6 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 func fake() *clock.Fake { return clock.NewFake(epoch) }
 
 // idle waits until sub waits on nothing but a wake or its poll.
-func idle(t *testing.T, sub *inbox.Subscription) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := sub.WaitIdle(ctx); err != nil {
-		t.Fatalf("subscription not idle within 30s: %v", err)
-	}
-}
-
 // eventually waits for a condition the code exposes no signal for,
 // checking every 10ms.
 func eventually(t *testing.T, what string, cond func() bool) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/inboxtest"
 )
 
 func TestEveryRowHandledOnce(t *testing.T) {
@@ -15,18 +16,18 @@ func TestEveryRowHandledOnce(t *testing.T) {
 		q := inbox.MustQueue[Job]("jobs")
 		var mu sync.Mutex
 		seen := map[int64]int{}
-		ev := newEvents()
+		ev := inboxtest.NewEvents(t)
 		sub, err := inbox.Subscribe(b, q, func(ctx context.Context, j Job) error {
 			mu.Lock()
 			seen[j.ID]++
 			mu.Unlock()
 			return nil
-		}, inbox.Workers(8), inbox.Observe(ev.observe))
+		}, inbox.Workers(8), ev.Observe())
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, sub)
-		ev.wait(t, "200 acks", func(e []inbox.Event) bool { return count(e, inbox.Acked) >= 200 })
+		inboxtest.RunSubscription(t, sub)
+		ev.Wait("200 acks", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) >= 200 })
 		if n := rows(t, b.DB()); n != 0 {
 			t.Fatalf("%d rows left after 200 acks", n)
 		}

@@ -32,7 +32,7 @@ func TestLeaseExtensionAndLoss(t *testing.T) {
 		started := make(chan struct{})
 		finish := make(chan struct{})
 		cause := make(chan error, 1)
-		ev := newEvents()
+		ev := inboxtest.NewEvents(t)
 		sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(ctx context.Context, j Job) error {
 			close(started)
 			select {
@@ -42,11 +42,11 @@ func TestLeaseExtensionAndLoss(t *testing.T) {
 				cause <- context.Cause(ctx)
 				return ctx.Err()
 			}
-		}, inbox.Lease(9*time.Second), inbox.Observe(ev.observe))
+		}, inbox.Lease(9*time.Second), ev.Observe())
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, sub)
+		inboxtest.RunSubscription(t, sub)
 		<-started
 		first := leaseOf(t, b)
 		if want := epoch.Add(9 * time.Second); !first.Equal(want) {
@@ -58,15 +58,15 @@ func TestLeaseExtensionAndLoss(t *testing.T) {
 		})
 
 		// Another instance finds nothing to take at the first lease's end.
-		otherEv := newEvents()
-		thief, err := inbox.Subscribe(other, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil }, inbox.Observe(otherEv.observe))
+		otherEv := inboxtest.NewEvents(t)
+		thief, err := inbox.Subscribe(other, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil }, otherEv.Observe())
 		if err != nil {
 			t.Fatal(err)
 		}
 		clk.Advance(4 * time.Second) // past the first lease, before the extended one
-		run(t, thief)
-		idle(t, thief)
-		if otherEv.len() != 0 {
+		inboxtest.RunSubscription(t, thief)
+		inboxtest.Idle(t, thief)
+		if otherEv.Len() != 0 {
 			t.Fatal("another instance took a row whose lease was extended")
 		}
 
@@ -88,7 +88,7 @@ func TestLeaseExtensionAndLoss(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("the handler was not told its lease was lost")
 		}
-		ev.wait(t, "the lost outcome", func(e []inbox.Event) bool { return count(e, inbox.Lost) == 1 })
+		ev.Wait("the lost outcome", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Lost) == 1 })
 		if n := rows(t, b.DB()); n != 1 {
 			t.Fatalf("rows = %d; a lost holder's outcome must change nothing", n)
 		}

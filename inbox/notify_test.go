@@ -26,9 +26,9 @@ func TestNotifyWakesOtherInstances(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, sub)
+	inboxtest.RunSubscription(t, sub)
 	<-b.Listener().Ready()
-	idle(t, sub)
+	inboxtest.Idle(t, sub)
 
 	expect := func(what string, write func() error) {
 		t.Helper()
@@ -47,7 +47,7 @@ func TestNotifyWakesOtherInstances(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("%s not claimed within 20s with a one-minute poll", what)
 		}
-		idle(t, sub)
+		inboxtest.Idle(t, sub)
 	}
 	expect("publish from instance A", func() error {
 		_, err := inbox.Publish(context.Background(), a, q, Job{Payload: []byte("a")})
@@ -75,7 +75,7 @@ func TestNotifyWakesOtherInstances(t *testing.T) {
 		}
 	}
 	<-b.Listener().Ready()
-	idle(t, sub)
+	inboxtest.Idle(t, sub)
 	expect("insert after the listener reconnected", func() error {
 		_, err := a.DB().Exec("INSERT INTO jobs (payload) VALUES ('after')")
 		return err
@@ -90,9 +90,9 @@ func TestNotifyBurstCoalesces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, sub)
+	inboxtest.RunSubscription(t, sub)
 	<-b.Listener().Ready()
-	idle(t, sub)
+	inboxtest.Idle(t, sub)
 	before := sub.Stats().Claims
 	// Distinct payloads: Postgres folds identical notifications of one
 	// transaction into one.
@@ -105,7 +105,7 @@ func TestNotifyBurstCoalesces(t *testing.T) {
 		t.Fatal(err)
 	}
 	w()
-	idle(t, sub)
+	inboxtest.Idle(t, sub)
 	claims := sub.Stats().Claims - before
 	t.Logf("1000 notifications -> %d claims", claims)
 	if claims > 50 {
@@ -135,15 +135,15 @@ func TestNotifyWithSmallPool(t *testing.T) {
 	url := inboxtest.Postgres(t)
 	b := open(t, url, inbox.ListenNotify(), inbox.MaxConns(3))
 	insert(t, b.DB(), 50)
-	ev := newEvents()
+	ev := inboxtest.NewEvents(t)
 	sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil },
-		inbox.Workers(8), inbox.Observe(ev.observe))
+		inbox.Workers(8), ev.Observe())
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, sub)
-	evs := ev.wait(t, "50 handlings", func(e []inbox.Event) bool { return len(e) >= 50 })
-	if n := count(evs, inbox.Acked); n != 50 {
+	inboxtest.RunSubscription(t, sub)
+	evs := ev.Wait("50 handlings", func(e []inbox.Event) bool { return len(e) >= 50 })
+	if n := inboxtest.Count(evs, inbox.Acked); n != 50 {
 		t.Fatalf("%d of %d acked", n, len(evs))
 	}
 	if _, err := inbox.Open(url, inbox.ListenNotify(), inbox.MaxConns(2)); err == nil {

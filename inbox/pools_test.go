@@ -22,14 +22,14 @@ func TestBrokerOnCallersPool(t *testing.T) {
 			t.Fatal(err)
 		}
 		insert(t, b.DB(), 20)
-		ev := newEvents()
+		ev := inboxtest.NewEvents(t)
 		sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil },
-			inbox.Workers(4), inbox.Observe(ev.observe))
+			inbox.Workers(4), ev.Observe())
 		if err != nil {
 			t.Fatal(err)
 		}
-		stop := run(t, sub)
-		ev.wait(t, "20 acks", func(e []inbox.Event) bool { return count(e, inbox.Acked) == 20 })
+		stop := inboxtest.RunSubscription(t, sub)
+		ev.Wait("20 acks", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) == 20 })
 		stop()
 		if err := b.Close(); err != nil {
 			t.Fatal(err)

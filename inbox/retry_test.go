@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/inboxtest"
 )
 
 // A handler that always fails is retried with backoff, then parked with its
@@ -21,7 +22,7 @@ func TestRetryBackoffAndParking(t *testing.T) {
 				b := open(t, url, inbox.WithClock(clk), inbox.PollInterval(time.Second))
 				insert(t, b.DB(), 1)
 				q := inbox.MustQueue[Job]("jobs")
-				ev := newEvents()
+				ev := inboxtest.NewEvents(t)
 				var calls atomic.Int32
 				sub, err := inbox.Subscribe(b, q, func(ctx context.Context, j Job) error {
 					if n := int(calls.Add(1)); n <= 3 && n != j.Attempts+1 {
@@ -31,13 +32,13 @@ func TestRetryBackoffAndParking(t *testing.T) {
 						panic("renderer exploded")
 					}
 					return errors.New("renderer failed")
-				}, inbox.MaxAttempts(3), inbox.Observe(ev.observe))
+				}, inbox.MaxAttempts(3), ev.Observe())
 				if err != nil {
 					t.Fatal(err)
 				}
-				run(t, sub)
+				inboxtest.RunSubscription(t, sub)
 				for attempt := 1; attempt <= 2; attempt++ {
-					evs := ev.wait(t, "a retry", func(e []inbox.Event) bool { return count(e, inbox.Retried) >= attempt })
+					evs := ev.Wait("a retry", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Retried) >= attempt })
 					if got := evs[len(evs)-1].Attempt; got != attempt {
 						t.Fatalf("retry event for attempt %d, want %d", got, attempt)
 					}
@@ -50,15 +51,15 @@ func TestRetryBackoffAndParking(t *testing.T) {
 					if attempts != attempt {
 						t.Fatalf("attempts column = %d after %d failures", attempts, attempt)
 					}
-					idle(t, sub)
+					inboxtest.Idle(t, sub)
 					clk.Advance(backoff / 2)
 					if calls.Load() != int32(attempt) {
 						t.Fatalf("handled again before the backoff of %v passed", backoff)
 					}
-					idle(t, sub)
+					inboxtest.Idle(t, sub)
 					clk.Advance(backoff)
 				}
-				ev.wait(t, "the row parked", func(e []inbox.Event) bool { return count(e, inbox.Parked) == 1 })
+				ev.Wait("the row parked", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Parked) == 1 })
 				parked, err := inbox.ListParked(context.Background(), b, q)
 				if err != nil {
 					t.Fatal(err)
@@ -74,9 +75,9 @@ func TestRetryBackoffAndParking(t *testing.T) {
 					t.Fatalf("last_error = %q, want it to hold %q", parked[0].LastError.String, want)
 				}
 				// Parked rows are never claimed again, however far time moves.
-				idle(t, sub)
+				inboxtest.Idle(t, sub)
 				clk.Advance(24 * time.Hour)
-				idle(t, sub)
+				inboxtest.Idle(t, sub)
 				if n := calls.Load(); n != 3 {
 					t.Fatalf("handled %d times, want 3", n)
 				}
@@ -84,7 +85,7 @@ func TestRetryBackoffAndParking(t *testing.T) {
 				if n, err := inbox.Unpark(context.Background(), b, q, parked[0].ID); err != nil || n != 1 {
 					t.Fatalf("Unpark = %d, %v", n, err)
 				}
-				ev.wait(t, "a handling after unpark", func(e []inbox.Event) bool { return len(e) >= 4 })
+				ev.Wait("a handling after unpark", func(e []inbox.Event) bool { return len(e) >= 4 })
 			})
 		})
 	}
@@ -96,27 +97,27 @@ func TestRetryAfter(t *testing.T) {
 		clk := fake()
 		b := open(t, url, inbox.WithClock(clk))
 		insert(t, b.DB(), 1)
-		ev := newEvents()
+		ev := inboxtest.NewEvents(t)
 		var calls atomic.Int32
 		sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(ctx context.Context, j Job) error {
 			if calls.Add(1) == 1 {
 				return inbox.RetryAfter(time.Hour, errors.New("not yet"))
 			}
 			return nil
-		}, inbox.Observe(ev.observe))
+		}, ev.Observe())
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, sub)
-		ev.wait(t, "the retry", func(e []inbox.Event) bool { return count(e, inbox.Retried) == 1 })
-		idle(t, sub)
+		inboxtest.RunSubscription(t, sub)
+		ev.Wait("the retry", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Retried) == 1 })
+		inboxtest.Idle(t, sub)
 		clk.Advance(59 * time.Minute)
-		idle(t, sub)
+		inboxtest.Idle(t, sub)
 		if calls.Load() != 1 {
 			t.Fatal("handled again before the hour asked for")
 		}
 		clk.Advance(2 * time.Minute)
-		ev.wait(t, "the ack", func(e []inbox.Event) bool { return count(e, inbox.Acked) == 1 })
+		ev.Wait("the ack", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) == 1 })
 	})
 }
 

@@ -54,21 +54,23 @@ func TestUnreadableRowDoesNotStallTheQueue(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				ev := newEvents()
+				ev := inboxtest.NewEvents(t)
 				sub, err := inbox.Subscribe(b, inbox.MustQueue[noted]("jobs"), func(ctx context.Context, n noted) error {
 					if n.Note != "n" {
 						t.Errorf("handler got row %d with note %q", n.ID, n.Note)
 					}
 					return nil
-				}, inbox.Workers(4), inbox.Form(form), inbox.MaxAttempts(2), inbox.Observe(ev.observe))
+				}, inbox.Workers(4), inbox.Form(form), inbox.MaxAttempts(2), ev.Observe())
 				if err != nil {
 					t.Fatal(err)
 				}
-				run(t, sub)
-				ev.wait(t, "6 acks and a retry", func(e []inbox.Event) bool { return count(e, inbox.Acked) == 6 && count(e, inbox.Retried) == 1 })
-				idle(t, sub)
+				inboxtest.RunSubscription(t, sub)
+				ev.Wait("6 acks and a retry", func(e []inbox.Event) bool {
+					return inboxtest.Count(e, inbox.Acked) == 6 && inboxtest.Count(e, inbox.Retried) == 1
+				})
+				inboxtest.Idle(t, sub)
 				clk.Advance(time.Minute)
-				evs := ev.wait(t, "the unreadable row parked", func(e []inbox.Event) bool { return count(e, inbox.Parked) == 1 })
+				evs := ev.Wait("the unreadable row parked", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Parked) == 1 })
 				var last string
 				if err := db.QueryRow("SELECT last_error FROM jobs").Scan(&last); err != nil {
 					t.Fatal(err)
@@ -100,7 +102,7 @@ func TestConnectionBudgetIsPerBroker(t *testing.T) {
 		}
 	}
 	out := inbox.MustQueue[Job]("jobs_out")
-	ev := newEvents()
+	ev := inboxtest.NewEvents(t)
 	for _, table := range []string{"jobs_a", "jobs_b"} {
 		sub, err := inbox.Subscribe(b, inbox.MustQueue[Job](table), func(ctx context.Context, j Job) error {
 			if b.DB().Stats().InUse > 4 {
@@ -108,16 +110,16 @@ func TestConnectionBudgetIsPerBroker(t *testing.T) {
 			}
 			_, err := inbox.Publish(ctx, b, out, Job{Payload: []byte("follow-up")})
 			return err
-		}, inbox.Form(rowlock.Form), inbox.Workers(4), inbox.Timeout(20*time.Second), inbox.Observe(ev.observe))
+		}, inbox.Form(rowlock.Form), inbox.Workers(4), inbox.Timeout(20*time.Second), ev.Observe())
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, sub)
+		inboxtest.RunSubscription(t, sub)
 	}
 	start := time.Now()
-	evs := ev.wait(t, "20 handlings", func(e []inbox.Event) bool { return len(e) >= 20 })
+	evs := ev.Wait("20 handlings", func(e []inbox.Event) bool { return len(e) >= 20 })
 	t.Logf("20 row-lock jobs that each publish, two subscriptions on a pool of 4: %v", time.Since(start))
-	if n := count(evs, inbox.Acked); n != 20 {
+	if n := inboxtest.Count(evs, inbox.Acked); n != 20 {
 		t.Fatalf("%d of %d acked: %+v", n, len(evs), evs)
 	}
 }
@@ -144,14 +146,14 @@ func TestAdvisoryLeavesNoLockOnPgxpool(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	ev := newEvents()
+	ev := inboxtest.NewEvents(t)
 	sub, err := inbox.Subscribe(b, inbox.MustQueue[noted]("jobs"), func(context.Context, noted) error { return nil },
-		inbox.Form(advisory.Form), inbox.Workers(2), inbox.MaxAttempts(1), inbox.Observe(ev.observe))
+		inbox.Form(advisory.Form), inbox.Workers(2), inbox.MaxAttempts(1), ev.Observe())
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := run(t, sub)
-	ev.wait(t, "both rows settled", func(e []inbox.Event) bool { return len(e) >= 2 })
+	stop := inboxtest.RunSubscription(t, sub)
+	ev.Wait("both rows settled", func(e []inbox.Event) bool { return len(e) >= 2 })
 	stop()
 	var n int
 	if err := setup.DB().QueryRow("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::bigint::oid",
@@ -194,7 +196,7 @@ func TestDatabaseClockPublishAndRowlockRetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := run(t, sub)
+	stop := inboxtest.RunSubscription(t, sub)
 	<-settled
 	stop()
 	var left sql.NullFloat64
@@ -218,7 +220,7 @@ func TestStopWithAClaimBlocked(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- sub.Run(ctx) }()
-	idle(t, sub)
+	inboxtest.Idle(t, sub)
 	locker := inboxtest.Open(t, url)
 	tx, err := locker.Begin()
 	if err != nil {

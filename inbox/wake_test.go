@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/inboxtest"
 )
 
 // A publish through the broker wakes its own subscriptions at once: the poll
@@ -23,8 +24,8 @@ func TestPublishWakesAtOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, sub)
-		idle(t, sub)
+		inboxtest.RunSubscription(t, sub)
+		inboxtest.Idle(t, sub)
 		for i := range 3 {
 			start := time.Now()
 			if _, err := inbox.Publish(context.Background(), b, q, Job{Payload: []byte("hello")}); err != nil {
@@ -36,7 +37,7 @@ func TestPublishWakesAtOnce(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatalf("publish %d not handled within 10s with an hour's poll", i)
 			}
-			idle(t, sub)
+			inboxtest.Idle(t, sub)
 		}
 	})
 }
@@ -47,23 +48,23 @@ func TestPublishDelay(t *testing.T) {
 		clk := fake()
 		b := open(t, url, inbox.WithClock(clk))
 		q := inbox.MustQueue[Job]("jobs")
-		ev := newEvents()
-		sub, err := inbox.Subscribe(b, q, func(context.Context, Job) error { return nil }, inbox.Observe(ev.observe))
+		ev := inboxtest.NewEvents(t)
+		sub, err := inbox.Subscribe(b, q, func(context.Context, Job) error { return nil }, ev.Observe())
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, sub)
+		inboxtest.RunSubscription(t, sub)
 		if _, err := inbox.Publish(context.Background(), b, q, Job{Payload: []byte("later")}, inbox.Delay(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
-		idle(t, sub)
+		inboxtest.Idle(t, sub)
 		clk.Advance(30 * time.Second)
-		idle(t, sub)
-		if n := ev.len(); n != 0 {
+		inboxtest.Idle(t, sub)
+		if n := ev.Len(); n != 0 {
 			t.Fatalf("a row delayed a minute was handled after 30s")
 		}
 		clk.Advance(31 * time.Second)
-		ev.wait(t, "the delayed row", func(e []inbox.Event) bool { return count(e, inbox.Acked) == 1 })
+		ev.Wait("the delayed row", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) == 1 })
 	})
 }
 
@@ -100,7 +101,7 @@ func TestPublishTx(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, sub)
+		inboxtest.RunSubscription(t, sub)
 		select {
 		case j := <-got:
 			if j.ID != id || string(j.Payload) != "committed" {
@@ -109,7 +110,7 @@ func TestPublishTx(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the committed publish was not handled")
 		}
-		idle(t, sub)
+		inboxtest.Idle(t, sub)
 		if len(got) != 0 || rows(t, b.DB()) != 0 {
 			t.Fatal("a rolled-back publish was handled, or rows are left")
 		}
@@ -129,19 +130,19 @@ func TestGroups(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		ev := newEvents()
+		ev := inboxtest.NewEvents(t)
 		sub, err := inbox.Subscribe(b, q.Group("eu"), func(ctx context.Context, j Job) error {
 			if j.Group != "eu" || string(j.Payload) != "eu" {
 				t.Errorf("the eu subscription got a %q row", j.Group)
 			}
 			return nil
-		}, inbox.Workers(2), inbox.Observe(ev.observe))
+		}, inbox.Workers(2), ev.Observe())
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, sub)
-		ev.wait(t, "three eu rows", func(e []inbox.Event) bool { return count(e, inbox.Acked) == 3 })
-		idle(t, sub)
+		inboxtest.RunSubscription(t, sub)
+		ev.Wait("three eu rows", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) == 3 })
+		inboxtest.Idle(t, sub)
 		if n := rows(t, b.DB()); n != 2 {
 			t.Fatalf("%d rows left, want the 2 us rows", n)
 		}
@@ -154,15 +155,15 @@ func TestSmallPool(t *testing.T) {
 	eachDB(t, func(t *testing.T, url string) {
 		b := open(t, url, inbox.MaxConns(2))
 		insert(t, b.DB(), 100)
-		ev := newEvents()
+		ev := inboxtest.NewEvents(t)
 		sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil },
-			inbox.Workers(8), inbox.Observe(ev.observe))
+			inbox.Workers(8), ev.Observe())
 		if err != nil {
 			t.Fatal(err)
 		}
-		run(t, sub)
-		evs := ev.wait(t, "100 acks", func(e []inbox.Event) bool { return len(e) >= 100 })
-		if n := count(evs, inbox.Acked); n != 100 {
+		inboxtest.RunSubscription(t, sub)
+		evs := ev.Wait("100 acks", func(e []inbox.Event) bool { return len(e) >= 100 })
+		if n := inboxtest.Count(evs, inbox.Acked); n != 100 {
 			t.Fatalf("%d acked of %d handlings: %+v", n, len(evs), evs)
 		}
 		if st := b.DB().Stats(); st.MaxOpenConnections != 2 || st.OpenConnections > 2 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strings"
@@ -81,6 +82,7 @@ func benchThroughput(ctx context.Context, args []string) error {
 	notifyOn := fs.Bool("notify", false, "Postgres LISTEN/NOTIFY wake-ups")
 	table := fs.String("table", "bench_jobs", "table to (re)create and drain")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the drain to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -102,6 +104,17 @@ func benchThroughput(ctx context.Context, args []string) error {
 		return err
 	}
 	tr := benchkit.NewTracker(first, *jobs)
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	fmt.Fprintf(os.Stderr, "draining with %d instance(s) x %d workers, %s form\n", *instances, *workers, *formName)
 	res, derr := benchkit.Drain(ctx, benchkit.Config{URL: *db, Table: *table, Form: form, Instances: *instances,
 		Workers: *workers, Conns: *conns, Notify: *notifyOn, Jobs: *jobs, Progress: os.Stderr, Timeout: *timeout}, tr)

@@ -29,11 +29,14 @@ func (form) New(env claim.Env) (claim.Claimer, error) {
 	if env.Lease <= 0 {
 		return nil, fmt.Errorf("lease form on %q: lease must be positive, got %v", env.Table.Unquoted, env.Lease)
 	}
-	return &claimer{env: env}, nil
+	c := &claimer{env: env}
+	c.acks = &acker{c: c}
+	return c, nil
 }
 
 type claimer struct {
-	env claim.Env
+	env  claim.Env
+	acks *acker
 }
 
 func (c *claimer) Batch() int { return 0 }
@@ -77,19 +80,24 @@ type settler struct {
 
 // exec runs a fenced statement and reports ErrLost when it changed nothing.
 func (s *settler) exec(ctx context.Context, what, query string, args ...any) error {
-	e := &s.c.env
+	return execFenced(ctx, &s.c.env, what, query, s.id, args...)
+}
+
+func execFenced(ctx context.Context, e *claim.Env, what, query string, id int64, args ...any) error {
 	res, err := e.DB.ExecContext(ctx, query, args...)
 	if err != nil {
-		return fmt.Errorf("%s row %d of %q: %w", what, s.id, e.Table.Unquoted, err)
+		return fmt.Errorf("%s row %d of %q: %w", what, id, e.Table.Unquoted, err)
 	}
 	if n, err := res.RowsAffected(); err == nil && n == 0 {
-		return fmt.Errorf("%s row %d of %q: %w", what, s.id, e.Table.Unquoted, claim.ErrLost)
+		return fmt.Errorf("%s row %d of %q: %w", what, id, e.Table.Unquoted, claim.ErrLost)
 	}
 	return nil
 }
 
+// Ack deletes the row if its lease still stands; acks that arrive together
+// share one statement (see acker).
 func (s *settler) Ack(ctx context.Context) error {
-	return s.exec(ctx, "ack", s.c.env.SQL.Ack, s.id, s.fence)
+	return s.c.acks.ack(ctx, s.id, s.fence)
 }
 
 func (s *settler) Retry(ctx context.Context, delay time.Duration, lastError string) error {

@@ -23,10 +23,15 @@ func formByName(name string) (claim.Form, error) {
 	if f, ok := forms[name]; ok {
 		return f, nil
 	}
+	return nil, fmt.Errorf("unknown claim form %q: use %s", name, formNames(", "))
+}
+
+// formNames lists the forms' names, sorted, joined by sep.
+func formNames(sep string) string {
 	names := make([]string, 0, len(forms))
 	for n := range forms {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	return nil, fmt.Errorf("unknown claim form %q: use %s", name, strings.Join(names, ", "))
+	return strings.Join(names, sep)
 }

@@ -41,7 +41,9 @@ type InboxSQL struct {
 	Reread string
 	// Ack deletes a claimed row fenced on its lease: $1 id, $2 lease.
 	Ack string
-	// AckMany deletes claimed rows fenced on their leases: $1 ids, $2 leases.
+	// AckMany deletes claimed rows fenced on their leases and returns the
+	// ids it deleted: on Postgres $1 ids, $2 leases (arrays); on SQLite $1
+	// a JSON array of [id, lease] pairs, leases encoded as the column keeps them.
 	AckMany string
 	// Retry sets a new time and bumps attempts, fenced: $1 id, $2 lease,
 	// $3 new time (Times.At), $4 last error.
@@ -142,8 +144,13 @@ FROM %[2]s WHERE TRUE%[4]s`, lu, t.Name, tm.At(1), group(3)))
 		reset = fmt.Sprintf(", %s = 0", t.Attempts)
 	}
 	s.Unpark = d.Rebind(fmt.Sprintf("UPDATE %s SET %s = NULL%s WHERE %s = $1 AND %s%s", t.Name, lu, reset, lu, d.InList(t.ID, 2), group(3)))
+	if d.Kind == SQLite {
+		// Each pair is looked up by id on the primary key, then fenced.
+		s.AckMany = fmt.Sprintf("DELETE FROM %s WHERE %s IN (SELECT t.%s FROM json_each(?1) AS a JOIN %s AS t ON t.%s = json_extract(a.value, '$[0]') AND t.%s = json_extract(a.value, '$[1]')) RETURNING %s",
+			t.Name, t.ID, t.ID, t.Name, t.ID, lu, t.ID)
+	}
 	if d.Kind == Postgres {
-		s.AckMany = fmt.Sprintf("DELETE FROM %s AS t USING unnest($1::bigint[], $2::timestamptz[]) AS a(id, lease) WHERE t.%s = a.id AND t.%s = a.lease", t.Name, t.ID, lu)
+		s.AckMany = fmt.Sprintf("DELETE FROM %s AS t USING unnest($1::bigint[], $2::timestamptz[]) AS a(id, lease) WHERE t.%s = a.id AND t.%s = a.lease RETURNING t.%s", t.Name, t.ID, lu, t.ID)
 		// The candidates are materialized before any lock is tried, and the
 		// lock function runs once for each candidate with no LIMIT or filter
 		// after it, and every candidate comes back with whether it was

@@ -1,15 +1,18 @@
 package dialect
 
 import (
+	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
-	_ "modernc.org/sqlite"             // registers "sqlite"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite" // registers "sqlite"
 )
 
 // SQLiteBusyTimeoutMillis is how long a SQLite connection waits for the
@@ -29,11 +32,11 @@ const SQLiteBusyTimeoutMillis = 10000
 func Open(rawURL string) (*sql.DB, *Dialect, error) {
 	switch {
 	case strings.HasPrefix(rawURL, "postgres://"), strings.HasPrefix(rawURL, "postgresql://"):
-		db, err := sql.Open("pgx", rawURL)
+		cfg, err := pgx.ParseConfig(rawURL)
 		if err != nil {
 			return nil, nil, fmt.Errorf("open %s: %w", redact(rawURL), err)
 		}
-		return db, Of(Postgres), nil
+		return stdlib.OpenDB(*cfg, stdlib.OptionShouldPing(shouldPing)), Of(Postgres), nil
 	case strings.HasPrefix(rawURL, "sqlite://"):
 		dsn, err := SQLiteDSN(rawURL)
 		if err != nil {
@@ -46,6 +49,16 @@ func Open(rawURL string) (*sql.DB, *Dialect, error) {
 		return db, Of(SQLite), nil
 	}
 	return nil, nil, fmt.Errorf("unsupported database URL %q: use postgres://..., sqlite:///abs/path.db, sqlite://rel/path.db or sqlite://:memory:", redact(rawURL))
+}
+
+// PingIdle is how long a Postgres connection sits idle in the pool before
+// it is pinged as it is taken again. pgx pings after one second, which would
+// double the statements of a subscription polling every second; a broken
+// connection is still found by the statement itself.
+const PingIdle = 30 * time.Second
+
+func shouldPing(_ context.Context, p stdlib.ShouldPingParams) bool {
+	return p.IdleDuration > PingIdle
 }
 
 // SQLiteDSN turns a sqlite:// URL into the DSN modernc.org/sqlite takes.

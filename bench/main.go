@@ -1,0 +1,273 @@
+// Command bench drains the same backlog, in one process and one run, with
+// sqlinbox, with River, and with the bare claim and ack statements (the
+// floor), on Postgres and on a SQLite file; it prints a table and the
+// ratios the targets are stated in, and draws jobs/s against workers.
+//
+//	cd bench && go run . --pg 'postgres://postgres@127.0.0.1:5432/bench?sslmode=disable' --sqlite /tmp/bench.db
+//
+// It is a module of its own so River and gonum stay out of the library's
+// go.mod.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/sqlinbox/sqlinbox/claim"
+	"github.com/sqlinbox/sqlinbox/claim/lease"
+	"github.com/sqlinbox/sqlinbox/internal/benchkit"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// forms are the library's claim forms measured here. A form joins by one
+// line; the Postgres-only ones are skipped on SQLite.
+var forms = []struct {
+	name string
+	form claim.Form
+}{
+	{"lease", lease.Form},
+}
+
+// row is one measured drain.
+type row struct {
+	db      string
+	runner  string // "sqlinbox/lease", "river", "floor"
+	workers int    // workers in all (instances x workers; loops x batch for the floor)
+	shape   string
+	jobs    int
+	res     benchkit.Result
+	dups    int64
+	lost    int64
+	chart   bool // a point of the sweep
+}
+
+func main() {
+	pg := flag.String("pg", envOr("POSTGRES_TEST_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "Postgres URL (empty: skip Postgres); schemas sqlinbox_bench and river_bench are made in it")
+	sqlitePath := flag.String("sqlite", "/tmp/sqlinbox-bench.db", "SQLite file (empty: skip SQLite)")
+	pgJobs := flag.Int("pg-jobs", 200000, "rows per headline drain on Postgres")
+	sqliteJobs := flag.Int("sqlite-jobs", 100000, "rows per headline drain on SQLite")
+	instances := flag.Int("instances", 2, "sqlinbox instances on Postgres (SQLite: 1)")
+	workers := flag.Int("workers", 100, "sqlinbox workers per instance")
+	riverWorkers := flag.Int("river-workers", 2000, "River MaxWorkers")
+	sweepJobs := flag.Int("sweep-jobs", 30000, "rows per drain of the chart's sweep (0: no sweep)")
+	sweep := flag.String("sweep", "10,50,200", "sqlinbox workers per instance in the sweep")
+	riverSweep := flag.String("river-sweep", "100,500", "River MaxWorkers in the sweep (the headline adds its own)")
+	chart := flag.String("chart", "bench.png", "chart file (PNG; empty: none)")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	var rows []row
+	add := func(r row, err error) {
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %s %s: %v\n", r.db, r.runner, err)
+			os.Exit(1)
+		}
+		fmt.Fprintf(os.Stderr, "%s %s %s: %.0f jobs/s (dup %d lost %d)\n", r.db, r.runner, r.shape, r.res.JobsPerSec, r.dups, r.lost)
+		rows = append(rows, r)
+	}
+	sw, err := ints(*sweep)
+	check(err)
+	rsw, err := ints(*riverSweep)
+	check(err)
+
+	type target struct {
+		db        string
+		url       string
+		jobs      int
+		instances int
+	}
+	var dbs []target
+	if *pg != "" {
+		dbs = append(dbs, target{db: "postgres", url: *pg, jobs: *pgJobs, instances: *instances})
+	}
+	if *sqlitePath != "" {
+		dbs = append(dbs, target{db: "sqlite", url: "sqlite://" + *sqlitePath, jobs: *sqliteJobs, instances: 1})
+	}
+	for _, t := range dbs {
+		libURL, riverURL := t.url, t.url
+		if t.db == "postgres" {
+			libURL = schemaURL(ctx, t.url, "sqlinbox_bench")
+			riverURL = schemaURL(ctx, t.url, "river_bench")
+		}
+		db, _, err := dialect.Open(libURL)
+		check(err)
+		const table = "bench_jobs"
+		for _, f := range forms {
+			if f.form.Supports(dialect.Of(kindOf(t.db))) != nil {
+				continue
+			}
+			lib := func(jobs, inst, w int, chart bool) {
+				first, err := benchkit.Fill(ctx, db, table, jobs)
+				check(err)
+				tr := benchkit.NewTracker(first, jobs)
+				r := row{db: t.db, runner: "sqlinbox/" + f.name, workers: inst * w, shape: fmt.Sprintf("%dx%d", inst, w), jobs: jobs, chart: chart}
+				fmt.Fprintf(os.Stderr, "%s %s %s, %d jobs\n", r.db, r.runner, r.shape, jobs)
+				r.res, err = benchkit.Drain(ctx, benchkit.Config{URL: libURL, Table: table, Form: f.form, Instances: inst, Workers: w, Jobs: jobs, Progress: os.Stderr}, tr)
+				r.dups, r.lost = tr.Duplicates(), tr.Lost()
+				add(r, err)
+			}
+			lib(t.jobs, t.instances, *workers, true)
+			if *sweepJobs > 0 {
+				for _, w := range sw {
+					if w != *workers {
+						lib(*sweepJobs, t.instances, w, true)
+					}
+				}
+			}
+		}
+		// The floor: the lease form's statements in four bare loops of 100.
+		{
+			first, err := benchkit.Fill(ctx, db, table, t.jobs)
+			check(err)
+			tr := benchkit.NewTracker(first, t.jobs)
+			fmt.Fprintf(os.Stderr, "%s floor 4x100, %d jobs\n", t.db, t.jobs)
+			pool, _, err := dialect.Open(libURL)
+			check(err)
+			pool.SetMaxOpenConns(8)
+			pool.SetMaxIdleConns(8)
+			res, err := benchkit.Floor(ctx, pool, table, 4, 100, tr)
+			pool.Close()
+			add(row{db: t.db, runner: "floor", workers: 400, shape: "4 loops x 100", jobs: t.jobs, res: res, dups: tr.Duplicates(), lost: tr.Lost()}, err)
+		}
+		db.Close()
+
+		riv := func(jobs, w int, chart bool) {
+			fmt.Fprintf(os.Stderr, "%s river MaxWorkers %d, %d jobs\n", t.db, w, jobs)
+			var (
+				res benchkit.Result
+				tr  *benchkit.Tracker
+				err error
+			)
+			if t.db == "postgres" {
+				res, tr, err = riverPostgres(ctx, withParam(riverURL, "pool_max_conns", strconv.Itoa(8*t.instances)), riverRun{workers: w, jobs: jobs}, os.Stderr)
+			} else {
+				var rdb *sql.DB
+				rdb, _, err = dialect.Open(riverURL)
+				check(err)
+				res, tr, err = riverSQLite(ctx, rdb, riverRun{workers: w, jobs: jobs}, os.Stderr)
+				rdb.Close()
+			}
+			r := row{db: t.db, runner: "river", workers: w, shape: fmt.Sprintf("MaxWorkers %d", w), jobs: jobs, res: res, chart: chart}
+			if tr != nil {
+				r.dups, r.lost = tr.Duplicates(), tr.Lost()
+			}
+			add(r, err)
+		}
+		riv(t.jobs, *riverWorkers, true)
+		if *sweepJobs > 0 {
+			for _, w := range rsw {
+				riv(*sweepJobs, w, true)
+			}
+		}
+	}
+
+	report(rows)
+	if *chart != "" && len(rows) > 0 {
+		check(drawChart(*chart, rows))
+		fmt.Fprintf(os.Stderr, "chart: %s\n", *chart)
+	}
+}
+
+func report(rows []row) {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "db\trunner\tshape\tjobs\tseconds\tjobs/s\tduplicates\tlost\t")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.2f\t%.0f\t%d\t%d\t\n", r.db, r.runner, r.shape, r.jobs, r.res.Seconds, r.res.JobsPerSec, r.dups, r.lost)
+	}
+	tw.Flush()
+	fmt.Println()
+	// The headline of each runner is its first row on each database.
+	head := map[string]float64{}
+	for _, r := range rows {
+		k := r.db + " " + r.runner
+		if _, ok := head[k]; !ok {
+			head[k] = r.res.JobsPerSec
+		}
+	}
+	ratio := func(db, a, b string, want float64) {
+		x, okA := head[db+" "+a]
+		y, okB := head[db+" "+b]
+		if !okA || !okB || y == 0 {
+			return
+		}
+		verdict := "met"
+		if x/y < want {
+			verdict = "MISSED"
+		}
+		fmt.Printf("%s: %s / %s = %.2fx (target >= %.1fx: %s)\n", db, a, b, x/y, want, verdict)
+	}
+	ratio("postgres", "sqlinbox/lease", "river", 3)
+	ratio("postgres", "sqlinbox/lease", "floor", 1)
+	ratio("sqlite", "sqlinbox/lease", "river", 20)
+	ratio("sqlite", "sqlinbox/lease", "floor", 0.5)
+	bad := int64(0)
+	for _, r := range rows {
+		bad += r.dups + r.lost
+	}
+	fmt.Printf("duplicates+lost over every run: %d (target 0)\n", bad)
+}
+
+func kindOf(db string) dialect.Kind {
+	if db == "postgres" {
+		return dialect.Postgres
+	}
+	return dialect.SQLite
+}
+
+// schemaURL makes schema on the server and returns base with search_path
+// set to it.
+func schemaURL(ctx context.Context, base, schema string) string {
+	db, _, err := dialect.Open(base)
+	check(err)
+	defer db.Close()
+	_, err = db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+dialect.Quote(schema))
+	check(err)
+	return withParam(base, "search_path", schema)
+}
+
+func withParam(raw, k, v string) string {
+	u, err := url.Parse(raw)
+	check(err)
+	q := u.Query()
+	q.Set(k, v)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", s, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func check(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}

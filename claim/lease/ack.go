@@ -1,0 +1,145 @@
+package lease
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/claim"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// maxAckBatch bounds the rows one ack statement deletes.
+const maxAckBatch = 1000
+
+// ackTimeout bounds one batched ack statement.
+const ackTimeout = 30 * time.Second
+
+// acker group-commits the acks of one claimer: an ack that arrives while a
+// statement is in flight waits for the next, which deletes every ack queued
+// meanwhile in one statement. With one handler finishing at a time it sends
+// the single-row ack at once, so a lone ack waits for nothing; under load a
+// commit (a WAL flush on Postgres, the writer's lock on SQLite) is paid per
+// batch instead of per row. Each row is still fenced on the lease its claim
+// wrote, and each caller learns whether its own row was deleted.
+type acker struct {
+	c *claimer
+
+	mu      sync.Mutex
+	pending []ackReq
+	running bool
+}
+
+type ackReq struct {
+	id    int64
+	fence any
+	done  chan error
+}
+
+func (a *acker) ack(ctx context.Context, id int64, fence any) error {
+	req := ackReq{id: id, fence: fence, done: make(chan error, 1)}
+	a.mu.Lock()
+	a.pending = append(a.pending, req)
+	if !a.running {
+		a.running = true
+		go a.run()
+	}
+	a.mu.Unlock()
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("ack row %d of %q: %w", id, a.c.env.Table.Unquoted, ctx.Err())
+	}
+}
+
+// run sends batches until none is queued, then ends: no goroutine is left
+// behind by a claimer nobody uses any more.
+func (a *acker) run() {
+	var batch []ackReq
+	for {
+		a.mu.Lock()
+		n := min(len(a.pending), maxAckBatch)
+		if n == 0 {
+			a.running = false
+			a.mu.Unlock()
+			return
+		}
+		batch = append(batch[:0], a.pending[:n]...)
+		rest := copy(a.pending, a.pending[n:])
+		clear(a.pending[rest:])
+		a.pending = a.pending[:rest]
+		a.mu.Unlock()
+		a.flush(batch)
+	}
+}
+
+func (a *acker) flush(batch []ackReq) {
+	e := &a.c.env
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer cancel()
+	if len(batch) == 1 {
+		r := batch[0]
+		r.done <- execFenced(ctx, e, "ack", e.SQL.Ack, r.id, r.id, r.fence)
+		return
+	}
+	deleted, err := a.deleteMany(ctx, batch)
+	for _, r := range batch {
+		switch {
+		case err != nil:
+			r.done <- fmt.Errorf("ack row %d of %q: %w", r.id, e.Table.Unquoted, err)
+		case deleted[r.id]:
+			r.done <- nil
+		default:
+			r.done <- fmt.Errorf("ack row %d of %q: %w", r.id, e.Table.Unquoted, claim.ErrLost)
+		}
+	}
+}
+
+// deleteMany runs AckMany on the batch and returns the ids it deleted.
+func (a *acker) deleteMany(ctx context.Context, batch []ackReq) (map[int64]bool, error) {
+	e := &a.c.env
+	var (
+		rows *sql.Rows
+		err  error
+	)
+	if e.Dialect.Kind == dialect.Postgres {
+		ids := make([]int64, len(batch))
+		fences := make([]time.Time, len(batch))
+		for i, r := range batch {
+			at, ok := r.fence.(time.Time)
+			if !ok {
+				return nil, fmt.Errorf("lease of row %d is a %T, not a time", r.id, r.fence)
+			}
+			ids[i], fences[i] = r.id, at
+		}
+		rows, err = e.DB.QueryContext(ctx, e.SQL.AckMany, ids, fences)
+	} else {
+		pairs := make([][2]any, len(batch))
+		for i, r := range batch {
+			pairs[i] = [2]any{r.id, r.fence}
+		}
+		var arg []byte
+		arg, err = json.Marshal(pairs)
+		if err != nil {
+			return nil, err
+		}
+		rows, err = e.DB.QueryContext(ctx, e.SQL.AckMany, string(arg))
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	deleted := make(map[int64]bool, len(batch))
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		deleted[id] = true
+	}
+	return deleted, rows.Err()
+}

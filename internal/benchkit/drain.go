@@ -1,0 +1,147 @@
+package benchkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/claim"
+	"github.com/sqlinbox/sqlinbox/inbox"
+)
+
+// Row is the reference table's row as the benchmarks claim it.
+type Row struct {
+	ID          int64      `db:"id" inbox:"id,generated"`
+	LockedUntil *time.Time `db:"locked_until" inbox:"locked_until"`
+	Payload     []byte     `db:"payload" inbox:"payload"`
+	Attempts    int        `db:"attempts" inbox:"attempts"`
+}
+
+// Config is one drain by the library.
+type Config struct {
+	URL       string
+	Table     string
+	Form      claim.Form
+	Instances int // brokers, each with a pool of its own
+	Workers   int // per instance
+	Conns     int // pool size per instance; zero means the library's default
+	Notify    bool
+	Jobs      int // rows in the table, all to be acknowledged
+	// Progress gets a line a second: rows done and the rate. Nil for none.
+	Progress io.Writer
+	// Timeout bounds the drain; zero means ten minutes.
+	Timeout time.Duration
+}
+
+// Result is what a drain measured.
+type Result struct {
+	Seconds    float64
+	JobsPerSec float64
+	Claims     int64 // claim statements sent
+}
+
+// Drain starts cfg.Instances brokers with one subscription of cfg.Workers
+// no-op handlers each, and times them until cfg.Jobs rows are acknowledged.
+// Every handling is recorded in tr.
+func Drain(ctx context.Context, cfg Config, tr *Tracker) (Result, error) {
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Minute
+	}
+	q, err := inbox.NewQueue[Row](cfg.Table)
+	if err != nil {
+		return Result{}, err
+	}
+	handler := func(_ context.Context, r Row) error {
+		tr.Handle(r.ID)
+		return nil
+	}
+	var (
+		subs    []*inbox.Subscription
+		brokers []*inbox.Broker
+	)
+	defer func() {
+		for _, b := range brokers {
+			b.Close()
+		}
+	}()
+	for range cfg.Instances {
+		var opts []inbox.Option
+		if cfg.Conns > 0 {
+			opts = append(opts, inbox.MaxConns(cfg.Conns))
+		}
+		if cfg.Notify {
+			opts = append(opts, inbox.ListenNotify())
+		}
+		b, err := inbox.Open(cfg.URL, opts...)
+		if err != nil {
+			return Result{}, err
+		}
+		brokers = append(brokers, b)
+		sopts := []inbox.SubOption{inbox.Workers(cfg.Workers), inbox.ShutdownTimeout(10 * time.Second)}
+		if cfg.Form != nil {
+			sopts = append(sopts, inbox.Form(cfg.Form))
+		}
+		sub, err := inbox.Subscribe(b, q, handler, sopts...)
+		if err != nil {
+			return Result{}, err
+		}
+		subs = append(subs, sub)
+	}
+	acked := func() (n, claims int64) {
+		for _, s := range subs {
+			st := s.Stats()
+			n += st.Acked
+			claims += st.Claims
+		}
+		return n, claims
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	errs := make([]error, len(subs))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, s := range subs {
+		wg.Go(func() { errs[i] = s.Run(runCtx) })
+	}
+	deadline := time.After(cfg.Timeout)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	last, lastAt := int64(0), start
+	var took time.Duration
+	var failed error
+wait:
+	for {
+		select {
+		case <-tick.C:
+			n, _ := acked()
+			if n >= int64(cfg.Jobs) {
+				took = time.Since(start)
+				break wait
+			}
+			if cfg.Progress != nil && time.Since(lastAt) >= time.Second {
+				now := time.Now()
+				fmt.Fprintf(cfg.Progress, "  %d/%d acked, %.0f jobs/s\n", n, cfg.Jobs, float64(n-last)/now.Sub(lastAt).Seconds())
+				last, lastAt = n, now
+			}
+		case <-deadline:
+			took = time.Since(start)
+			failed = fmt.Errorf("drain of %q did not finish within %v", cfg.Table, cfg.Timeout)
+			break wait
+		case <-ctx.Done():
+			took = time.Since(start)
+			failed = ctx.Err()
+			break wait
+		}
+	}
+	stop()
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return Result{}, err
+	}
+	_, claims := acked()
+	return Result{Seconds: took.Seconds(), JobsPerSec: float64(cfg.Jobs) / took.Seconds(), Claims: claims}, failed
+}

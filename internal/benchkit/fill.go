@@ -1,0 +1,64 @@
+package benchkit
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/migrations"
+)
+
+// Fill drops table, makes it again as the reference inbox table and writes n
+// rows by plain SQL in one statement, as a producer would. It returns the
+// first id; the ids run contiguously from it.
+func Fill(ctx context.Context, db *sql.DB, table string, n int) (first int64, err error) {
+	d, err := dialect.Detect(db)
+	if err != nil {
+		return 0, err
+	}
+	if err := dialect.CheckTableName(table); err != nil {
+		return 0, err
+	}
+	q := dialect.Quote(table)
+	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+q); err != nil {
+		return 0, fmt.Errorf("fill %s: %w", table, err)
+	}
+	if err := migrations.Apply(ctx, db, table); err != nil {
+		return 0, err
+	}
+	var insert string
+	if d.Kind == dialect.Postgres {
+		insert = "INSERT INTO " + q + " (payload) SELECT '\\x7b7d'::bytea FROM generate_series(1, $1)"
+	} else {
+		insert = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ?1) INSERT INTO " + q + " (payload) SELECT x'7b7d' FROM c"
+	}
+	if n > 0 {
+		if _, err := db.ExecContext(ctx, insert, n); err != nil {
+			return 0, fmt.Errorf("fill %s with %d rows: %w", table, n, err)
+		}
+	}
+	if d.Kind == dialect.Postgres {
+		if _, err := db.ExecContext(ctx, "VACUUM ANALYZE "+q); err != nil {
+			return 0, fmt.Errorf("fill %s: vacuum: %w", table, err)
+		}
+	} else if _, err := db.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		return 0, fmt.Errorf("fill %s: checkpoint: %w", table, err)
+	}
+	var lo, hi sql.NullInt64
+	var count int
+	if err := db.QueryRowContext(ctx, "SELECT min(id), max(id), count(*) FROM "+q).Scan(&lo, &hi, &count); err != nil {
+		return 0, fmt.Errorf("fill %s: %w", table, err)
+	}
+	if count != n || (n > 0 && hi.Int64-lo.Int64+1 != int64(n)) {
+		return 0, fmt.Errorf("fill %s: wanted %d rows with contiguous ids, got %d rows in [%d, %d]", table, n, count, lo.Int64, hi.Int64)
+	}
+	return lo.Int64, nil
+}
+
+// Remaining counts the rows left in table.
+func Remaining(ctx context.Context, db *sql.DB, table string) (int64, error) {
+	var n int64
+	err := db.QueryRowContext(ctx, "SELECT count(*) FROM "+dialect.Quote(table)).Scan(&n)
+	return n, err
+}

@@ -1,0 +1,114 @@
+package benchkit
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// LeaseSQL is the lease form's claim and ack statements on the reference
+// table as Row claims it: the very text the library sends.
+func LeaseSQL(d *dialect.Dialect, table string) (dialect.InboxSQL, dialect.Times) {
+	t := dialect.Table{
+		Name:        dialect.Quote(table),
+		ID:          `"id"`,
+		LockedUntil: `"locked_until"`,
+		Attempts:    `"attempts"`,
+		Columns:     []string{`"payload"`},
+	}
+	tm := dialect.Times{Kind: d.Kind, Encoding: dialect.EncodingFor(d.Kind, "DATETIME")}
+	return d.Inbox(t, tm), tm
+}
+
+// Floor drains table with the lease form's own claim and ack statements in
+// bare loops: each loop claims batch rows, then acks them one statement a
+// row, until a claim comes back empty. No subscription, no handler
+// goroutines, no settler objects: what the database alone costs.
+func Floor(ctx context.Context, db *sql.DB, table string, loops, batch int, tr *Tracker) (Result, error) {
+	d, err := dialect.Detect(db)
+	if err != nil {
+		return Result{}, err
+	}
+	s, tm := LeaseSQL(d, table)
+	const lease = 30 * time.Second
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		first  error
+		claims int64
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil {
+			first = err
+		}
+	}
+	start := time.Now()
+	for range loops {
+		wg.Go(func() {
+			ids := make([]int64, 0, batch)
+			var n int64
+			defer func() {
+				mu.Lock()
+				claims += n
+				mu.Unlock()
+			}()
+			for ctx.Err() == nil {
+				now := time.Now()
+				fence := tm.Arg(now, lease)
+				rows, err := db.QueryContext(ctx, s.ClaimLease, fence, tm.Arg(now, 0), batch, nil)
+				if err != nil {
+					fail(fmt.Errorf("floor claim: %w", err))
+					return
+				}
+				n++
+				ids = ids[:0]
+				for rows.Next() {
+					var (
+						id      int64
+						lu      any
+						att     int64
+						payload []byte
+					)
+					if err := rows.Scan(&id, &lu, &att, &payload); err != nil {
+						rows.Close()
+						fail(err)
+						return
+					}
+					ids = append(ids, id)
+				}
+				if err := rows.Close(); err != nil {
+					fail(err)
+					return
+				}
+				if len(ids) == 0 {
+					return
+				}
+				for _, id := range ids {
+					tr.Handle(id)
+					res, err := db.ExecContext(ctx, s.Ack, id, fence)
+					if err != nil {
+						fail(fmt.Errorf("floor ack: %w", err))
+						return
+					}
+					if k, _ := res.RowsAffected(); k != 1 {
+						fail(fmt.Errorf("floor ack of row %d deleted %d rows", id, k))
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	if first != nil {
+		return Result{}, first
+	}
+	handled := tr.Handled()
+	return Result{Seconds: took.Seconds(), JobsPerSec: float64(handled) / took.Seconds(), Claims: claims}, ctx.Err()
+}

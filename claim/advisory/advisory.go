@@ -114,38 +114,46 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 		return nil, c.fail("take a connection", err)
 	}
 	p := &pin{c: c, conn: conn}
-	ids, err := c.lock(ctx, conn, max)
-	if err != nil {
-		// Locks may have been taken whose ids never arrived: the session
-		// must end, which frees them all.
-		p.dirty = true
-		p.close()
-		return nil, err
-	}
-	if len(ids) == 0 {
-		p.close()
-		return nil, nil
-	}
-	if afterLock != nil {
-		afterLock(ids)
-	}
-	jobs, err := c.reread(ctx, conn, ids)
-	if err != nil {
-		p.dirty = true
-		p.close()
-		return nil, err
-	}
-	kept := make(map[int64]bool, len(jobs))
-	for _, j := range jobs {
-		kept[j.ID] = true
-	}
-	var gone []int64
-	for _, id := range ids {
-		if !kept[id] {
-			gone = append(gone, id)
+	// A row finished by another session between this statement's snapshot
+	// and its lock is locked, then found gone by the re-read: the lowest ids,
+	// the ones claims look at first, are exactly those being finished. Such
+	// a round does not mean the table is empty: look again.
+	var jobs []*claim.Job
+	for round := 0; round < maxRounds && len(jobs) < max; round++ {
+		ids, err := c.lock(ctx, conn, max-len(jobs))
+		if err != nil {
+			// Locks may have been taken whose ids never arrived: the
+			// session must end, which frees them all.
+			p.dirty = true
+			p.close()
+			return nil, err
 		}
-	}
-	if len(gone) > 0 {
+		if len(ids) == 0 {
+			break
+		}
+		if afterLock != nil {
+			afterLock(ids)
+		}
+		got, err := c.reread(ctx, conn, ids)
+		if err != nil {
+			p.dirty = true
+			p.close()
+			return nil, err
+		}
+		kept := make(map[int64]bool, len(got))
+		for _, j := range got {
+			kept[j.ID] = true
+		}
+		var gone []int64
+		for _, id := range ids {
+			if !kept[id] {
+				gone = append(gone, id)
+			}
+		}
+		jobs = append(jobs, got...)
+		if len(gone) == 0 {
+			break
+		}
 		if _, err := conn.ExecContext(ctx, c.env.SQL.Unlock, c.class, gone); err != nil {
 			p.dirty = true
 			p.close()

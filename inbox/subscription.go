@@ -416,9 +416,10 @@ func (s *Subscription) Run(ctx context.Context) error {
 		ctxDone                = ctx.Done()
 		pollArmed              = true
 		pollDue                = b.clock.Now().Add(b.poll)
-		// A claim that came back short holds the next wake-driven claim
-		// for wakeCooldown (host time: it paces statements, not the
-		// table's time), so a burst of wakes costs a few claims.
+		// A claim that found nothing holds the next wake-driven claim for
+		// wakeCooldown (host time: it paces statements, not the table's
+		// time), so a burst of wakes costs a few claims; a claim that found
+		// rows holds nothing, so a steady trickle is picked up at once.
 		lastShort time.Time
 		cooling   bool
 		coolTimer = time.NewTimer(time.Hour)
@@ -503,12 +504,17 @@ func (s *Subscription) Run(ctx context.Context) error {
 					failures, lastErr = 0, ""
 				}
 				idle = true
-				lastShort = time.Now()
+				if len(r.jobs) == 0 {
+					lastShort = time.Now()
+				}
 				rearm(b.poll)
 			case len(r.jobs) < r.asked:
-				// Woken while the claim ran: claim again, after the cooldown.
-				lastShort = time.Now()
-				cool()
+				// Woken while the claim ran: claim again, after the cooldown
+				// if this one found nothing at all.
+				if len(r.jobs) == 0 {
+					lastShort = time.Now()
+					cool()
+				}
 			default:
 				if failures > 0 {
 					log.Info("inbox: claims work again", "table", s.table)
@@ -563,7 +569,7 @@ func (s *Subscription) Run(ctx context.Context) error {
 	return nil
 }
 
-// wakeCooldown is the least time between a claim that came back short and
+// wakeCooldown is the least time between a claim that found nothing and
 // the next claim a wake starts.
 const wakeCooldown = 2 * time.Millisecond
 

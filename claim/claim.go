@@ -164,3 +164,23 @@ func ScanJob(t Table, scan func(dest ...any) error) (*Job, error) {
 	j.Lease, j.Attempts, j.Value = at, int(att.Int64), value
 	return &j, nil
 }
+
+// PostgresOnly is the Supports of a form that needs Postgres: holds says how
+// the form holds a row, for the error.
+func PostgresOnly(form, holds string, d *dialect.Dialect) error {
+	if d.Kind != dialect.Postgres {
+		return fmt.Errorf("the %s form holds %s, which needs Postgres; %s cannot serve it: use lease.Form, which runs on every database", form, holds, d)
+	}
+	return nil
+}
+
+// CheckEnv refuses an Env a form that holds connections cannot run in.
+func CheckEnv(f Form, env Env) error {
+	if err := f.Supports(env.Dialect); err != nil {
+		return fmt.Errorf("table %q: %w", env.Table.Unquoted, err)
+	}
+	if env.Conns < 1 {
+		return fmt.Errorf("%s form on %q: it needs at least one connection for jobs in work, got %d", f.Name(), env.Table.Unquoted, env.Conns)
+	}
+	return nil
+}

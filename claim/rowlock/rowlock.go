@@ -32,18 +32,12 @@ type form struct{}
 func (form) Name() string { return "rowlock" }
 
 func (form) Supports(d *dialect.Dialect) error {
-	if d.Kind != dialect.Postgres {
-		return fmt.Errorf("the rowlock form holds SELECT ... FOR UPDATE SKIP LOCKED in a transaction per job, which needs Postgres; %s cannot serve it: use lease.Form, which runs on every database", d)
-	}
-	return nil
+	return claim.PostgresOnly("rowlock", "SELECT ... FOR UPDATE SKIP LOCKED in a transaction per job", d)
 }
 
 func (f form) New(env claim.Env) (claim.Claimer, error) {
-	if err := f.Supports(env.Dialect); err != nil {
-		return nil, fmt.Errorf("table %q: %w", env.Table.Unquoted, err)
-	}
-	if env.Conns < 1 {
-		return nil, fmt.Errorf("rowlock form on %q: it needs at least one connection for jobs in work, got %d", env.Table.Unquoted, env.Conns)
+	if err := claim.CheckEnv(f, env); err != nil {
+		return nil, err
 	}
 	return &claimer{env: env, query: env.SQL.SelectAvailable + " FOR UPDATE SKIP LOCKED"}, nil
 }

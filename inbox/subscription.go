@@ -608,15 +608,27 @@ func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job,
 	// The lease runs from the claim's statement, which was sent at
 	// claimedAt: count from there, not from the handler's start, which a
 	// loaded machine may delay by a good part of the lease. expires is the
-	// earliest the lease can end; the extension is due a third before.
-	var ext clock.Timer
-	var extC <-chan time.Time
+	// earliest the lease can end; the extension is due a third before, and
+	// runs beside the handler. If the lease ends with no extension
+	// confirmed, the handler is told at once (its context ends with
+	// ErrLeaseLost): another claimer may take the row from then on.
+	var ext, expiry clock.Timer
+	var extC, expiryC <-chan time.Time
 	every := s.cfg.lease * 2 / 3
 	expires := claimedAt.Add(s.cfg.lease)
-	if !j.Lease.IsZero() && s.cfg.form.Name() == lease.Form.Name() {
+	leased := !j.Lease.IsZero() && s.cfg.form.Name() == lease.Form.Name()
+	if leased {
 		ext = s.b.clock.NewTimer(max(claimedAt.Add(every).Sub(s.b.clock.Now()), 0))
 		extC = ext.C()
+		expiry = s.b.clock.NewTimer(max(expires.Sub(s.b.clock.Now()), 0))
+		expiryC = expiry.C()
 	}
+	type extension struct {
+		sent time.Time
+		err  error
+	}
+	extDone := make(chan extension, 1)
+	extending := false
 
 	// Timers first, then the handler: a test on a fake clock that sees the
 	// handler start finds its deadline and extension already armed.
@@ -630,48 +642,67 @@ func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job,
 		go func() { result <- s.call(hctx, j) }()
 	}
 	lost := false
+	loseLease := func(why string, err error) {
+		lost = true
+		extC, expiryC = nil, nil
+		s.stats.lost.Add(1)
+		log.Warn("inbox: "+why+"; the handler is told and its outcome will change nothing", "table", s.table, "id", j.ID, "err", err)
+		cancel(ErrLeaseLost)
+	}
 	var err error
-wait:
-	for {
+	handled := false
+	for !handled || extending {
 		select {
 		case err = <-result:
-			break wait
+			handled = true
+			extC, expiryC = nil, nil // no more extensions; one in flight is awaited
 		case <-timeoutC:
 			timeoutC, extC = nil, nil
 			cancel(fmt.Errorf("%w after %v", ErrTimeout, s.cfg.timeout))
 		case <-extC:
+			extC = nil
+			extending = true
 			sent := s.b.clock.Now()
-			ectx, ecancel := context.WithTimeout(context.Background(), settleTimeout)
-			xerr := j.Extend(ectx, s.cfg.lease)
-			ecancel()
+			go func() {
+				ectx, ecancel := context.WithTimeout(context.Background(), settleTimeout)
+				defer ecancel()
+				extDone <- extension{sent: sent, err: j.Extend(ectx, s.cfg.lease)}
+			}()
+		case x := <-extDone:
+			extending = false
 			switch {
-			case errors.Is(xerr, claim.ErrLost):
-				lost = true
-				extC = nil
-				s.stats.lost.Add(1)
-				log.Warn("inbox: lease lost while the handler ran; its outcome will change nothing", "table", s.table, "id", j.ID)
-				cancel(ErrLeaseLost)
-			case xerr != nil && !s.b.clock.Now().Before(expires):
-				// No extension held before the lease ran out: another
-				// claimer may have the row now.
-				lost = true
-				extC = nil
-				s.stats.lost.Add(1)
-				log.Warn("inbox: lease ran out while its extension kept failing; its outcome will change nothing", "table", s.table, "id", j.ID, "err", xerr)
-				cancel(ErrLeaseLost)
-			case xerr != nil:
-				log.Warn("inbox: lease extension failed; trying again", "table", s.table, "id", j.ID, "err", xerr)
+			case handled || lost:
+				// The handler is done or told: the outcome decides.
+			case errors.Is(x.err, claim.ErrLost):
+				loseLease("lease lost while the handler ran", x.err)
+			case x.err != nil && !s.b.clock.Now().Before(expires):
+				loseLease("lease ran out while its extension failed", x.err)
+			case x.err != nil:
+				log.Warn("inbox: lease extension failed; trying again", "table", s.table, "id", j.ID, "err", x.err)
 				ext = s.b.clock.NewTimer(every / 4)
 				extC = ext.C()
 			default:
-				expires = sent.Add(s.cfg.lease)
-				ext = s.b.clock.NewTimer(max(sent.Add(every).Sub(s.b.clock.Now()), 0))
+				expires = x.sent.Add(s.cfg.lease)
+				ext = s.b.clock.NewTimer(max(x.sent.Add(every).Sub(s.b.clock.Now()), 0))
 				extC = ext.C()
+				expiry.Stop()
+				expiry = s.b.clock.NewTimer(max(expires.Sub(s.b.clock.Now()), 0))
+				expiryC = expiry.C()
 			}
+		case <-expiryC:
+			expiryC = nil
+			if extending {
+				// The extension's answer decides; a late success re-arms.
+				continue
+			}
+			loseLease("lease ran out with no extension confirmed", nil)
 		}
 	}
 	if ext != nil {
 		ext.Stop()
+	}
+	if expiry != nil {
+		expiry.Stop()
 	}
 	if err != nil && context.Cause(hctx) != nil && errors.Is(context.Cause(hctx), ErrTimeout) {
 		err = fmt.Errorf("%w (the handler returned: %v)", context.Cause(hctx), err)

@@ -378,7 +378,19 @@ func (s *Subscription) Run(ctx context.Context) error {
 	waiter := b.hub.Subscribe(s.table, s.group)
 	defer waiter.Close()
 	if b.listener != nil {
+		// Claim only once notifications of the table reach this process,
+		// so no row written between the first claim and the LISTEN waits
+		// for a poll. A listener that cannot connect does not hold the
+		// subscription up: the poll is the floor.
 		b.listener.Listen(s.table)
+		t := time.NewTimer(listenWait)
+		select {
+		case <-b.listener.Listening(s.table):
+		case <-t.C:
+			log.Warn("inbox: not listening for notifications yet; claiming on the poll meanwhile", "table", s.table, "waited", listenWait)
+		case <-ctx.Done():
+		}
+		t.Stop()
 	}
 
 	// Handlers run on a context that outlives ctx by ShutdownTimeout.
@@ -568,6 +580,10 @@ func (s *Subscription) Run(ctx context.Context) error {
 	}
 	return nil
 }
+
+// listenWait bounds how long a subscription waits for its notifications
+// before its first claim.
+const listenWait = 5 * time.Second
 
 // wakeCooldown is the least time between a claim that found nothing and
 // the next claim a wake starts.

@@ -24,7 +24,8 @@ type Listener struct {
 	log *slog.Logger
 
 	mu       sync.Mutex
-	channels map[string]bool // channel -> LISTEN issued on the current connection
+	channels map[string]bool          // channel -> LISTEN issued on the current connection
+	first    map[string]chan struct{} // channel -> closed once first listened to
 	kick     chan struct{}
 	ready    chan struct{} // closed and replaced each time every channel is listened to
 	pid      atomic.Uint32
@@ -41,7 +42,7 @@ func NewListener(db *sql.DB, hub *Hub, log *slog.Logger) *Listener {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Listener{db: db, hub: hub, log: log, channels: map[string]bool{}, kick: make(chan struct{}, 1), ready: make(chan struct{})}
+	return &Listener{db: db, hub: hub, log: log, channels: map[string]bool{}, first: map[string]chan struct{}{}, kick: make(chan struct{}, 1), ready: make(chan struct{})}
 }
 
 // Listen adds a channel; the running listener issues LISTEN for it at once.
@@ -49,12 +50,26 @@ func (l *Listener) Listen(channel string) {
 	l.mu.Lock()
 	if _, ok := l.channels[channel]; !ok {
 		l.channels[channel] = false
+		l.first[channel] = make(chan struct{})
 	}
 	l.mu.Unlock()
 	select {
 	case l.kick <- struct{}{}:
 	default:
 	}
+}
+
+// Listening returns a channel closed once channel (added with Listen) has
+// been listened to: from then on a notification on it is not missed,
+// except across a reconnection, after which every waiter is woken.
+func (l *Listener) Listening(channel string) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c, ok := l.first[channel]; ok {
+		return c
+	}
+	c := make(chan struct{})
+	return c // never listened to: Listen was not called
 }
 
 // Ready returns a channel closed once every channel added so far is listened
@@ -178,6 +193,13 @@ func (l *Listener) listenNew(ctx context.Context, pc *pgx.Conn) error {
 	l.mu.Lock()
 	for _, ch := range todo {
 		l.channels[ch] = true
+		if c := l.first[ch]; c != nil {
+			select {
+			case <-c:
+			default:
+				close(c)
+			}
+		}
 	}
 	all := true
 	for _, on := range l.channels {

@@ -66,6 +66,7 @@ func benchThroughput(ctx context.Context, args []string) error {
 	table := fs.String("table", "bench_jobs", "table to (re)create and drain")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the drain to this file")
+	txFloor := fs.Int("tx-floor", 0, "after the drain, refill and drain again with this many bare per-job transaction loops (Postgres; the row-lock and advisory forms' floor), and print both")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -108,7 +109,23 @@ func benchThroughput(ctx context.Context, args []string) error {
 	fmt.Printf("form=%s db=%s jobs=%d instances=%d workers=%d notify=%t seconds=%.3f jobs_per_sec=%.0f duplicates=%d lost=%d remaining=%d stray=%d claims=%d max_rss_mb=%.1f\n",
 		*formName, dbKind(*db), *jobs, *instances, *workers, *notifyOn, res.Seconds, res.JobsPerSec,
 		tr.Duplicates(), tr.Lost(), remaining, tr.Stray(), res.Claims, maxRSSMB())
-	return derr
+	if derr != nil || *txFloor == 0 {
+		return derr
+	}
+	first, err = benchkit.Fill(ctx, setup.DB(), *table, *jobs)
+	if err != nil {
+		return err
+	}
+	ftr := benchkit.NewTracker(first, *jobs)
+	setup.DB().SetMaxOpenConns(max(*txFloor, 8))
+	fmt.Fprintf(os.Stderr, "draining again with %d bare per-job transaction loops\n", *txFloor)
+	floor, err := benchkit.TxFloor(ctx, setup.DB(), *table, *txFloor, ftr)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("floor=tx loops=%d jobs=%d seconds=%.3f jobs_per_sec=%.0f duplicates=%d lost=%d form_vs_floor=%.2f\n",
+		*txFloor, *jobs, floor.Seconds, floor.JobsPerSec, ftr.Duplicates(), ftr.Lost(), res.JobsPerSec/floor.JobsPerSec)
+	return nil
 }
 
 // pcts returns p50 and p99 in milliseconds.

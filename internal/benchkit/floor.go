@@ -3,6 +3,7 @@ package benchkit
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -111,4 +112,70 @@ func Floor(ctx context.Context, db *sql.DB, table string, loops, batch int, tr *
 	}
 	handled := tr.Handled()
 	return Result{Seconds: took.Seconds(), JobsPerSec: float64(handled) / took.Seconds(), Claims: claims}, ctx.Err()
+}
+
+// TxFloor drains table the way the row-lock form's bare SQL would: loops
+// goroutines, each on a connection of its own, each job a transaction that
+// selects one available row FOR UPDATE SKIP LOCKED, deletes it and commits.
+// Postgres only. It is the floor the row-lock and advisory forms are held
+// to: one transaction per job with the same number of connections.
+func TxFloor(ctx context.Context, db *sql.DB, table string, loops int, tr *Tracker) (Result, error) {
+	q := dialect.Quote(table)
+	sel := "SELECT id FROM " + q + " WHERE (locked_until IS NULL OR locked_until <= now()) ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
+	del := "DELETE FROM " + q + " WHERE id = $1"
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		txs   int64
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil {
+			first = err
+		}
+	}
+	start := time.Now()
+	for range loops {
+		wg.Go(func() {
+			var n int64
+			defer func() { mu.Lock(); txs += n; mu.Unlock() }()
+			for ctx.Err() == nil {
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					fail(fmt.Errorf("tx floor begin: %w", err))
+					return
+				}
+				n++
+				var id int64
+				err = tx.QueryRowContext(ctx, sel).Scan(&id)
+				if errors.Is(err, sql.ErrNoRows) {
+					tx.Rollback()
+					return
+				}
+				if err != nil {
+					tx.Rollback()
+					fail(fmt.Errorf("tx floor select: %w", err))
+					return
+				}
+				tr.Handle(id)
+				if _, err := tx.ExecContext(ctx, del, id); err != nil {
+					tx.Rollback()
+					fail(fmt.Errorf("tx floor delete: %w", err))
+					return
+				}
+				if err := tx.Commit(); err != nil {
+					fail(fmt.Errorf("tx floor commit: %w", err))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	if first != nil {
+		return Result{}, first
+	}
+	return Result{Seconds: took.Seconds(), JobsPerSec: float64(tr.Handled()) / took.Seconds(), Claims: txs}, ctx.Err()
 }

@@ -121,9 +121,6 @@ func (b *Budget) Acquire(ctx context.Context) error {
 // Release gives a unit back.
 func (b *Budget) Release() { <-b.slots }
 
-// InUse is how many units are taken.
-func (b *Budget) InUse() int { return len(b.slots) }
-
 // Form makes a Claimer for a subscription. It fails when the form cannot
 // serve the database or the table.
 type Form interface {

@@ -39,16 +39,10 @@ func Floor(ctx context.Context, db *sql.DB, table string, loops, batch int, tr *
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
-		first  error
+		errs   firstError
 		claims int64
 	)
-	fail := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if first == nil {
-			first = err
-		}
-	}
+	fail := errs.set
 	start := time.Now()
 	for range loops {
 		wg.Go(func() {
@@ -107,8 +101,8 @@ func Floor(ctx context.Context, db *sql.DB, table string, loops, batch int, tr *
 	}
 	wg.Wait()
 	took := time.Since(start)
-	if first != nil {
-		return Result{}, first
+	if err := errs.get(); err != nil {
+		return Result{}, err
 	}
 	handled := tr.Handled()
 	return Result{Seconds: took.Seconds(), JobsPerSec: float64(handled) / took.Seconds(), Claims: claims}, ctx.Err()
@@ -124,18 +118,12 @@ func TxFloor(ctx context.Context, db *sql.DB, table string, loops int, tr *Track
 	sel := "SELECT id FROM " + q + " WHERE (locked_until IS NULL OR locked_until <= now()) ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
 	del := "DELETE FROM " + q + " WHERE id = $1"
 	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-		txs   int64
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs firstError
+		txs  int64
 	)
-	fail := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if first == nil {
-			first = err
-		}
-	}
+	fail := errs.set
 	start := time.Now()
 	for range loops {
 		wg.Go(func() {
@@ -174,8 +162,28 @@ func TxFloor(ctx context.Context, db *sql.DB, table string, loops int, tr *Track
 	}
 	wg.Wait()
 	took := time.Since(start)
-	if first != nil {
-		return Result{}, first
+	if err := errs.get(); err != nil {
+		return Result{}, err
 	}
 	return Result{Seconds: took.Seconds(), JobsPerSec: float64(tr.Handled()) / took.Seconds(), Claims: txs}, ctx.Err()
+}
+
+// firstError keeps the first error any loop reports.
+type firstError struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (f *firstError) set(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err == nil {
+		f.err = err
+	}
+}
+
+func (f *firstError) get() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
 }

@@ -121,7 +121,9 @@ func Observe(f func(Event)) SubOption {
 }
 
 // Workers sets how many handlers run at once in this subscription on this
-// instance. Default 1; at least 1.
+// instance. Default 1; at least 1. A worker takes its next row once its
+// handler returns; the row's ack, retry or park goes on beside it (at most
+// one per worker at a time), and Observe sees the outcome once it is settled.
 func Workers(n int) SubOption {
 	return func(c *subConfig) error {
 		if n < 1 {
@@ -419,8 +421,14 @@ func (s *Subscription) Run(ctx context.Context) error {
 		lastErr  string
 		results  = make(chan claimResult, s.cfg.workers+1)
 		done     = make(chan struct{}, s.cfg.workers)
-		poll     = b.clock.NewTimer(b.poll)
-		stopping = false
+		// A worker is free once its handler returns; the row's settlement
+		// (the ack, mostly) goes on beside the next handler, at most one a
+		// worker at a time, so no worker waits on a commit.
+		settling    = 0
+		settled     = make(chan struct{}, s.cfg.workers)
+		settleSlots = make(chan struct{}, s.cfg.workers)
+		poll        = b.clock.NewTimer(b.poll)
+		stopping    = false
 		// Claims outlive ctx so that rows a claim took at the stop are
 		// known and given back; they are cut ShutdownTimeout after it.
 		claimCtx, cancelClaims = context.WithCancel(context.WithoutCancel(ctx))
@@ -479,7 +487,7 @@ func (s *Subscription) Run(ctx context.Context) error {
 		if pollArmed {
 			pollAt = pollDue
 		}
-		s.setIdle(idle && !stopping && inflight == 0 && free == s.cfg.workers, pollAt, waiter.C())
+		s.setIdle(idle && !stopping && inflight == 0 && free == s.cfg.workers && settling == 0, pollAt, waiter.C())
 		select {
 		case r := <-results:
 			inflight--
@@ -494,8 +502,12 @@ func (s *Subscription) Run(ctx context.Context) error {
 				handlers.Add(1)
 				go func() {
 					defer handlers.Done()
-					s.work(handlerCtx, log, j, r.at)
+					settle := s.work(handlerCtx, log, j, r.at)
+					settleSlots <- struct{}{}
 					done <- struct{}{}
+					settle()
+					<-settleSlots
+					settled <- struct{}{}
 				}()
 			}
 			switch {
@@ -535,6 +547,9 @@ func (s *Subscription) Run(ctx context.Context) error {
 			}
 		case <-done:
 			free++
+			settling++
+		case <-settled:
+			settling--
 		case <-waiter.C():
 			wakeGen++
 			if failures == 0 && idle {
@@ -607,18 +622,13 @@ func (s *Subscription) release(log *slog.Logger, j *claim.Job) {
 	}
 }
 
-// work runs the handler on one job, extends its lease while it runs, and
-// settles it.
-func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job, claimedAt time.Time) {
+// work runs the handler on one job and extends its lease while it runs. It
+// returns the job's settlement (ack, retry or park, then the event), which
+// the caller runs once the worker is free for the next job.
+func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job, claimedAt time.Time) (settle func()) {
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	ev := Event{Subscription: s.cfg.name, ID: j.ID, Attempt: j.Attempts + 1, Start: s.b.clock.Now(), Outcome: Failed}
-	if s.cfg.observe != nil {
-		defer func() {
-			ev.End = s.b.clock.Now()
-			s.cfg.observe(ev)
-		}()
-	}
 	s.shape.setLease(reflect.ValueOf(j.Value).Elem(), j.Lease)
 
 	// The lease runs from the claim's statement, which was sent at
@@ -724,20 +734,29 @@ func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job,
 		err = fmt.Errorf("%w (the handler returned: %v)", context.Cause(hctx), err)
 	}
 	ev.Err = err
+	return func() {
+		ev.Outcome = s.settle(log, j, err, lost)
+		if s.cfg.observe != nil {
+			ev.End = s.b.clock.Now()
+			s.cfg.observe(ev)
+		}
+	}
+}
+
+// settle acks, retries or parks a job whose handler returned err, and
+// returns the outcome.
+func (s *Subscription) settle(log *slog.Logger, j *claim.Job, err error, lost bool) Outcome {
 	if lost {
-		ev.Outcome = Lost
-		return
+		return Lost
 	}
 	sctx, scancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer scancel()
 	if err == nil {
 		if serr := j.Ack(sctx); serr != nil {
-			ev.Outcome = s.settleFailed(log, j, "ack", serr)
-			return
+			return s.settleFailed(log, j, "ack", serr)
 		}
 		s.stats.acked.Add(1)
-		ev.Outcome = Acked
-		return
+		return Acked
 	}
 	failures := j.Attempts + 1
 	delay := s.cfg.backoff(failures)
@@ -747,21 +766,18 @@ func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job,
 	}
 	if s.shape.column(RoleAttempts) != "" && failures >= s.cfg.maxAttempts {
 		if serr := j.Park(sctx, err.Error()); serr != nil {
-			ev.Outcome = s.settleFailed(log, j, "park", serr)
-			return
+			return s.settleFailed(log, j, "park", serr)
 		}
 		s.stats.parked.Add(1)
-		ev.Outcome = Parked
 		log.Warn("inbox: row parked after its last attempt", "table", s.table, "id", j.ID, "attempts", failures, "err", err)
-		return
+		return Parked
 	}
 	if serr := j.Retry(sctx, delay, err.Error()); serr != nil {
-		ev.Outcome = s.settleFailed(log, j, "retry", serr)
-		return
+		return s.settleFailed(log, j, "retry", serr)
 	}
 	s.stats.retried.Add(1)
-	ev.Outcome = Retried
 	log.Debug("inbox: handler failed; row retried", "table", s.table, "id", j.ID, "attempt", failures, "delay", delay, "err", err)
+	return Retried
 }
 
 func (s *Subscription) settleFailed(log *slog.Logger, j *claim.Job, what string, err error) Outcome {

@@ -1,0 +1,71 @@
+package inbox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/inboxtest"
+)
+
+// A worker is free for the next row once its handler returns: the row's
+// ack goes on beside it. With one worker, the first row's ack is held up by
+// a row lock from another transaction; the second row is handled while the
+// first is still in the table, and both are acked once the lock goes.
+func TestWorkerFreeWhileItsAckRuns(t *testing.T) {
+	url := inboxtest.Postgres(t) // a row lock that blocks the ack's DELETE
+	b := open(t, url, inbox.PollInterval(time.Hour))
+	insert(t, b.DB(), 2)
+	var first, second int64
+	if err := b.DB().QueryRow("SELECT min(id), max(id) FROM jobs").Scan(&first, &second); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	blocker, err := b.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback()
+
+	secondStarted := make(chan int, 1) // rows left in the table when it starts
+	ev := inboxtest.NewEvents(t)
+	sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(ctx context.Context, j Job) error {
+		if j.ID == first {
+			// Lock the row we hold, so its ack waits for the blocker.
+			var id int64
+			return blocker.QueryRowContext(ctx, "SELECT id FROM jobs WHERE id = $1 FOR UPDATE", j.ID).Scan(&id)
+		}
+		var n int
+		if err := b.DB().QueryRowContext(ctx, "SELECT count(*) FROM jobs").Scan(&n); err != nil {
+			return err
+		}
+		secondStarted <- n
+		return nil
+	}, inbox.Workers(1), ev.Observe())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inboxtest.RunSubscription(t, sub)
+
+	select {
+	case n := <-secondStarted:
+		if n != 2 {
+			t.Fatalf("%d rows in the table when the second row was handled, want 2 (the first one's ack held up)", n)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second row waited 30s for the first one's ack: the worker was not freed when its handler returned")
+	}
+	if got := inboxtest.Count(ev.All(), inbox.Acked); got != 0 {
+		t.Fatalf("%d rows acked while the first ack was held up, want 0", got)
+	}
+	if err := blocker.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	ev.Wait("both rows acked", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) == 2 })
+	if n := rows(t, b.DB()); n != 0 {
+		t.Fatalf("%d rows left, want 0", n)
+	}
+}

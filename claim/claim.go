@@ -83,7 +83,10 @@ type Table struct {
 
 // Env is what a form gets from the subscription that drives it.
 type Env struct {
-	DB      *sql.DB
+	DB *sql.DB
+	// Stmts runs the statements a form sends on every claim and settlement,
+	// prepared once (the broker's cache; nil makes the form send the text).
+	Stmts   *dialect.Stmts
 	Dialect *dialect.Dialect
 	Table   Table
 	SQL     dialect.InboxSQL

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -36,6 +37,7 @@ type Broker struct {
 	hub     *notify.Hub
 	maxConn int // the pool's size; 0 when unbounded
 	budget  *claim.Budget
+	stmts   *dialect.Stmts
 
 	listener     *notify.Listener
 	stopListener context.CancelFunc
@@ -243,6 +245,7 @@ func newBroker(db *sql.DB, d *dialect.Dialect, cfg brokerConfig) (*Broker, error
 		}()
 	}
 	b.budget = claim.NewBudget(b.claimConns())
+	b.stmts = dialect.NewStmts(b.db, b.d)
 	return b, nil
 }
 
@@ -266,10 +269,11 @@ func (b *Broker) Close() error {
 		b.stopListener()
 		<-b.listenerDone
 	}
+	err := b.stmts.Close()
 	if b.owns {
-		return b.db.Close()
+		return errors.Join(err, b.db.Close())
 	}
-	return nil
+	return err
 }
 
 // claimConns is how many connections the broker's subscriptions may hold at

@@ -116,7 +116,7 @@ func (a *acker) deleteMany(ctx context.Context, batch []ackReq) (map[int64]bool,
 			}
 			ids[i], fences[i] = r.id, at
 		}
-		rows, err = e.DB.QueryContext(ctx, e.SQL.AckMany, ids, fences)
+		rows, err = e.Stmts.QueryContext(ctx, e.SQL.AckMany, ids, fences)
 	} else {
 		pairs := make([][2]any, len(batch))
 		for i, r := range batch {
@@ -127,7 +127,7 @@ func (a *acker) deleteMany(ctx context.Context, batch []ackReq) (map[int64]bool,
 		if err != nil {
 			return nil, err
 		}
-		rows, err = e.DB.QueryContext(ctx, e.SQL.AckMany, string(arg))
+		rows, err = e.Stmts.QueryContext(ctx, e.SQL.AckMany, string(arg))
 	}
 	if err != nil {
 		return nil, err

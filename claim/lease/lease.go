@@ -29,6 +29,9 @@ func (form) New(env claim.Env) (claim.Claimer, error) {
 	if env.Lease <= 0 {
 		return nil, fmt.Errorf("lease form on %q: lease must be positive, got %v", env.Table.Unquoted, env.Lease)
 	}
+	if env.Stmts == nil {
+		env.Stmts = dialect.PlainStmts(env.DB)
+	}
 	c := &claimer{env: env}
 	c.acks = &acker{c: c}
 	return c, nil
@@ -51,7 +54,7 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 		defer e.Budget.Release()
 	}
 	now := e.Clock.Now()
-	rows, err := e.DB.QueryContext(ctx, e.SQL.ClaimLease,
+	rows, err := e.Stmts.QueryContext(ctx, e.SQL.ClaimLease,
 		e.Table.Times.Arg(now, e.Lease), e.Table.Times.Arg(now, 0), max, e.Group)
 	if err != nil {
 		return nil, fmt.Errorf("claim from %q: %w", e.Table.Unquoted, err)
@@ -84,7 +87,7 @@ func (s *settler) exec(ctx context.Context, what, query string, args ...any) err
 }
 
 func execFenced(ctx context.Context, e *claim.Env, what, query string, id int64, args ...any) error {
-	res, err := e.DB.ExecContext(ctx, query, args...)
+	res, err := e.Stmts.ExecContext(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("%s row %d of %q: %w", what, id, e.Table.Unquoted, err)
 	}
@@ -116,8 +119,7 @@ func (s *settler) Release(ctx context.Context) error {
 
 func (s *settler) Extend(ctx context.Context, lease time.Duration) error {
 	e := &s.c.env
-	var raw any
-	err := e.DB.QueryRowContext(ctx, e.SQL.Extend, s.id, s.fence, e.Table.Times.Arg(e.Clock.Now(), lease)).Scan(&raw)
+	raw, err := queryOne(ctx, e, e.SQL.Extend, s.id, s.fence, e.Table.Times.Arg(e.Clock.Now(), lease))
 	if err == sql.ErrNoRows {
 		return fmt.Errorf("extend row %d of %q: %w", s.id, e.Table.Unquoted, claim.ErrLost)
 	}
@@ -130,6 +132,27 @@ func (s *settler) Extend(ctx context.Context, lease time.Duration) error {
 	}
 	s.fence = e.Table.Times.Encode(at)
 	return nil
+}
+
+// queryOne returns the one column of the first row query returns, or
+// sql.ErrNoRows.
+func queryOne(ctx context.Context, e *claim.Env, query string, args ...any) (any, error) {
+	rows, err := e.Stmts.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		return nil, sql.ErrNoRows
+	}
+	var v any
+	if err := rows.Scan(&v); err != nil {
+		return nil, err
+	}
+	return v, rows.Close()
 }
 
 func nullable(s string) any {

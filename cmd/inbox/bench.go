@@ -47,6 +47,15 @@ func maxRSSMB() float64 {
 	return float64(ru.Maxrss) / 1024
 }
 
+// cpuSeconds is the CPU time (user and system) the process has used.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
 func dbKind(url string) string {
 	if strings.HasPrefix(url, "sqlite:") {
 		return "sqlite"
@@ -100,15 +109,17 @@ func benchThroughput(ctx context.Context, args []string) error {
 		defer pprof.StopCPUProfile()
 	}
 	fmt.Fprintf(os.Stderr, "draining with %d instance(s) x %d workers, %s form\n", *instances, *workers, *formName)
+	cpu0 := cpuSeconds()
 	res, derr := benchkit.Drain(ctx, benchkit.Config{URL: *db, Table: *table, Form: form, Instances: *instances,
 		Workers: *workers, Conns: *conns, Notify: *notifyOn, Jobs: *jobs, Progress: os.Stderr, Timeout: *timeout}, tr)
+	drainCPU := cpuSeconds() - cpu0 // this process only: not the Postgres server's share
 	remaining, err := benchkit.Remaining(context.WithoutCancel(ctx), setup.DB(), *table)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("form=%s db=%s jobs=%d instances=%d workers=%d notify=%t seconds=%.3f jobs_per_sec=%.0f duplicates=%d lost=%d remaining=%d stray=%d claims=%d max_rss_mb=%.1f\n",
+	fmt.Printf("form=%s db=%s jobs=%d instances=%d workers=%d notify=%t seconds=%.3f jobs_per_sec=%.0f duplicates=%d lost=%d remaining=%d stray=%d claims=%d max_rss_mb=%.1f cpu_us_per_job=%.1f\n",
 		*formName, dbKind(*db), *jobs, *instances, *workers, *notifyOn, res.Seconds, res.JobsPerSec,
-		tr.Duplicates(), tr.Lost(), remaining, tr.Stray(), res.Claims, maxRSSMB())
+		tr.Duplicates(), tr.Lost(), remaining, tr.Stray(), res.Claims, maxRSSMB(), drainCPU*1e6/float64(max(*jobs, 1)))
 	if derr != nil || *txFloor == 0 {
 		return derr
 	}

@@ -15,22 +15,57 @@ import (
 // maxAckBatch bounds the rows one ack statement deletes.
 const maxAckBatch = 1000
 
+// ackLinger is the longest an ack waits for the acks of other jobs of its
+// claimer still in work, so they share a statement. It paces statements,
+// so it is host time. A claimer with no other job in work sends at once.
+const ackLinger = time.Millisecond
+
 // ackTimeout bounds one batched ack statement.
 const ackTimeout = 30 * time.Second
 
 // acker group-commits the acks of one claimer: an ack that arrives while a
 // statement is in flight waits for the next, which deletes every ack queued
-// meanwhile in one statement. With one handler finishing at a time it sends
-// the single-row ack at once, so a lone ack waits for nothing; under load a
+// meanwhile in one statement; and while other jobs of the claimer are still
+// in work, the first ack waits up to ackLinger for theirs. A lone ack (no
+// other job in work) is sent at once as the single-row ack; under load a
 // commit (a WAL flush on Postgres, the writer's lock on SQLite) is paid per
 // batch instead of per row. Each row is still fenced on the lease its claim
 // wrote, and each caller learns whether its own row was deleted.
+//
+// SQLite, lease, 100k rows, 1x100: without the linger an ack statement
+// carried 4 rows (24,500 statements), since a local statement is over
+// before the next ack comes.
 type acker struct {
 	c *claimer
 
 	mu      sync.Mutex
 	pending []ackReq
+	first   time.Time // when the oldest pending ack came
+	inWork  int       // jobs claimed, not yet settled nor queued to ack
 	running bool
+	kick    chan struct{}
+}
+
+// claimed counts n more jobs in work.
+func (a *acker) claimed(n int) {
+	a.mu.Lock()
+	a.inWork += n
+	a.mu.Unlock()
+}
+
+// settled counts a job settled without an ack (retried, parked, released).
+func (a *acker) settled() {
+	a.mu.Lock()
+	a.inWork = max(a.inWork-1, 0)
+	a.mu.Unlock()
+	a.poke()
+}
+
+func (a *acker) poke() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
 }
 
 type ackReq struct {
@@ -42,12 +77,17 @@ type ackReq struct {
 func (a *acker) ack(ctx context.Context, id int64, fence any) error {
 	req := ackReq{id: id, fence: fence, done: make(chan error, 1)}
 	a.mu.Lock()
+	if len(a.pending) == 0 {
+		a.first = time.Now()
+	}
 	a.pending = append(a.pending, req)
+	a.inWork = max(a.inWork-1, 0)
 	if !a.running {
 		a.running = true
 		go a.run()
 	}
 	a.mu.Unlock()
+	a.poke()
 	select {
 	case err := <-req.done:
 		return err
@@ -62,6 +102,20 @@ func (a *acker) run() {
 	var batch []ackReq
 	for {
 		a.mu.Lock()
+		for len(a.pending) > 0 && len(a.pending) < maxAckBatch && a.inWork > 0 {
+			wait := ackLinger - time.Since(a.first)
+			if wait <= 0 {
+				break
+			}
+			a.mu.Unlock()
+			t := time.NewTimer(wait)
+			select {
+			case <-a.kick:
+			case <-t.C:
+			}
+			t.Stop()
+			a.mu.Lock()
+		}
 		n := min(len(a.pending), maxAckBatch)
 		if n == 0 {
 			a.running = false
@@ -72,6 +126,7 @@ func (a *acker) run() {
 		rest := copy(a.pending, a.pending[n:])
 		clear(a.pending[rest:])
 		a.pending = a.pending[:rest]
+		a.first = time.Now() // those left have waited a statement already
 		a.mu.Unlock()
 		a.flush(batch)
 	}

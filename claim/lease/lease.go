@@ -33,7 +33,7 @@ func (form) New(env claim.Env) (claim.Claimer, error) {
 		env.Stmts = dialect.PlainStmts(env.DB)
 	}
 	c := &claimer{env: env}
-	c.acks = &acker{c: c}
+	c.acks = &acker{c: c, kick: make(chan struct{}, 1)}
 	return c, nil
 }
 
@@ -72,6 +72,7 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim from %q: %w", e.Table.Unquoted, err)
 	}
+	c.acks.claimed(len(jobs))
 	return jobs, nil
 }
 
@@ -104,16 +105,19 @@ func (s *settler) Ack(ctx context.Context) error {
 }
 
 func (s *settler) Retry(ctx context.Context, delay time.Duration, lastError string) error {
+	defer s.c.acks.settled()
 	e := &s.c.env
 	return s.exec(ctx, "retry", e.SQL.Retry, s.id, s.fence, e.Table.Times.Arg(e.Clock.Now(), delay), nullable(lastError))
 }
 
 func (s *settler) Park(ctx context.Context, lastError string) error {
+	defer s.c.acks.settled()
 	e := &s.c.env
 	return s.exec(ctx, "park", e.SQL.Park, s.id, s.fence, e.Table.Times.Encode(dialect.Never), nullable(lastError))
 }
 
 func (s *settler) Release(ctx context.Context) error {
+	defer s.c.acks.settled()
 	return s.exec(ctx, "release", s.c.env.SQL.Release, s.id, s.fence)
 }
 

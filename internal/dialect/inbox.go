@@ -105,8 +105,16 @@ func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 	} else {
 		unusedErr = unused(d, 4)
 	}
-	inner := fmt.Sprintf("SELECT %s FROM %s WHERE %s%s ORDER BY %s LIMIT $3%s",
-		t.ID, t.Name, available, group(4), t.ID, d.SkipLocked())
+	// SQLite re-prepares a statement whose LIMIT is a bare parameter each
+	// time its value changes (it plans for the value bound), and a claim's
+	// limit is the number of free workers, which changes all the time: an
+	// expression keeps the one plan.
+	limit := "$3"
+	if d.Kind == SQLite {
+		limit = "($3 + 0)"
+	}
+	inner := fmt.Sprintf("SELECT %s FROM %s WHERE %s%s ORDER BY %s LIMIT %s%s",
+		t.ID, t.Name, available, group(4), t.ID, limit, d.SkipLocked())
 	var claim string
 	if d.Kind == Postgres {
 		claim = fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s = ANY(ARRAY(%s)) RETURNING %s",

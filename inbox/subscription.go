@@ -443,9 +443,17 @@ func (s *Subscription) Run(ctx context.Context) error {
 		lastShort time.Time
 		cooling   bool
 		coolTimer = time.NewTimer(time.Hour)
+		// A claim for fewer than half the workers, while the others are
+		// busy, waits up to claimGather for more of them to free up: under
+		// a backlog claims stay large, and a commit is paid per many rows.
+		// Host time too; a subscription with every worker free claims at once.
+		gathered    bool
+		gathering   bool
+		gatherTimer = time.NewTimer(time.Hour)
 	)
 	coolTimer.Stop()
-	defer func() { poll.Stop(); coolTimer.Stop(); cancelClaims() }()
+	gatherTimer.Stop()
+	defer func() { poll.Stop(); coolTimer.Stop(); gatherTimer.Stop(); cancelClaims() }()
 	cool := func() {
 		if wait := wakeCooldown - time.Since(lastShort); wait > 0 {
 			cooling = true
@@ -461,6 +469,14 @@ func (s *Subscription) Run(ctx context.Context) error {
 
 	for {
 		for !stopping && !idle && !cooling && free > 0 && inflight < maxClaims && inflight+s.claimer.Held() < conns {
+			if free*2 < s.cfg.workers && !gathered {
+				if !gathering {
+					gathering = true
+					gatherTimer.Reset(claimGather)
+				}
+				break
+			}
+			gathered = false
 			k := free
 			if batch > 0 {
 				k = min(k, batch)
@@ -558,6 +574,8 @@ func (s *Subscription) Run(ctx context.Context) error {
 			}
 		case <-coolTimer.C:
 			cooling = false
+		case <-gatherTimer.C:
+			gathering, gathered = false, true
 		case <-pollC:
 			// Like a wake: a claim in flight now may have started too early
 			// to see what the poll is for.
@@ -599,6 +617,9 @@ func (s *Subscription) Run(ctx context.Context) error {
 // listenWait bounds how long a subscription waits for its notifications
 // before its first claim.
 const listenWait = 5 * time.Second
+
+// claimGather is the longest a claim for few workers waits for more.
+const claimGather = time.Millisecond
 
 // wakeCooldown is the least time between a claim that found nothing and
 // the next claim a wake starts.

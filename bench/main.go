@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -179,10 +180,16 @@ func main() {
 
 func report(rows []row) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "db\trunner\tshape\tjobs\tseconds\tjobs/s\tduplicates\tlost\t")
+	fmt.Fprintln(tw, "db\trunner\tshape\tjobs\tseconds\tjobs/s\tcpu us/job\tceiling jobs/s\tduplicates\tlost\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.2f\t%.0f\t%d\t%d\t\n", r.db, r.runner, r.shape, r.jobs, r.res.Seconds, r.res.JobsPerSec, r.dups, r.lost)
+		cpu, ceiling := "-", "-"
+		if c := r.res.CPUPerJob(r.jobs); c > 0 {
+			cpu, ceiling = fmt.Sprintf("%.1f", c), fmt.Sprintf("%.0f", float64(runtime.NumCPU())*1e6/c)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.2f\t%.0f\t%s\t%s\t%d\t%d\t\n", r.db, r.runner, r.shape, r.jobs, r.res.Seconds, r.res.JobsPerSec, cpu, ceiling, r.dups, r.lost)
 	}
+	fmt.Fprintf(tw, "\ncpu us/job: the whole machine's busy CPU during the drain (this process, the database server, anything else) per job.\n")
+	fmt.Fprintf(tw, "ceiling jobs/s: %d cores / cpu us/job, the rate if the drain had every core to itself.\n", runtime.NumCPU())
 	tw.Flush()
 	fmt.Println()
 	// The headline of each runner is its first row on each database.

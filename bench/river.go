@@ -184,7 +184,7 @@ func riverDrain[TTx any](ctx context.Context, drv riverdriver.Driver[TTx], r riv
 	tr = benchkit.NewTracker(lo, r.jobs)
 	events, cancel := c.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: r.jobs + 1000})
 	defer cancel()
-	start := time.Now()
+	start, cpu0 := time.Now(), benchkit.MachineCPU()
 	if err := c.Start(ctx); err != nil {
 		return benchkit.Result{}, nil, err
 	}
@@ -210,11 +210,14 @@ wait:
 			break wait
 		}
 	}
-	took := time.Since(start)
+	took, cpu := time.Since(start), benchkit.MachineCPU()-cpu0
+	if cpu0 < 0 {
+		cpu = -1
+	}
 	stopCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer stop()
 	if err := c.Stop(stopCtx); err != nil && failed == nil {
 		failed = err
 	}
-	return benchkit.Result{Seconds: took.Seconds(), JobsPerSec: float64(r.jobs) / took.Seconds()}, tr, failed
+	return benchkit.Result{Seconds: took.Seconds(), JobsPerSec: float64(r.jobs) / took.Seconds(), MachineCPU: cpu}, tr, failed
 }

@@ -112,14 +112,16 @@ func benchThroughput(ctx context.Context, args []string) error {
 	cpu0 := cpuSeconds()
 	res, derr := benchkit.Drain(ctx, benchkit.Config{URL: *db, Table: *table, Form: form, Instances: *instances,
 		Workers: *workers, Conns: *conns, Notify: *notifyOn, Jobs: *jobs, Progress: os.Stderr, Timeout: *timeout}, tr)
-	drainCPU := cpuSeconds() - cpu0 // this process only: not the Postgres server's share
+	// cpu_us_per_job is this process's CPU; machine_cpu_us_per_job every
+	// core's, the Postgres server's share and any other load included.
+	drainCPU := cpuSeconds() - cpu0
 	remaining, err := benchkit.Remaining(context.WithoutCancel(ctx), setup.DB(), *table)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("form=%s db=%s jobs=%d instances=%d workers=%d notify=%t seconds=%.3f jobs_per_sec=%.0f duplicates=%d lost=%d remaining=%d stray=%d claims=%d max_rss_mb=%.1f cpu_us_per_job=%.1f\n",
+	fmt.Printf("form=%s db=%s jobs=%d instances=%d workers=%d notify=%t seconds=%.3f jobs_per_sec=%.0f duplicates=%d lost=%d remaining=%d stray=%d claims=%d max_rss_mb=%.1f cpu_us_per_job=%.1f machine_cpu_us_per_job=%.1f\n",
 		*formName, dbKind(*db), *jobs, *instances, *workers, *notifyOn, res.Seconds, res.JobsPerSec,
-		tr.Duplicates(), tr.Lost(), remaining, tr.Stray(), res.Claims, maxRSSMB(), drainCPU*1e6/float64(max(*jobs, 1)))
+		tr.Duplicates(), tr.Lost(), remaining, tr.Stray(), res.Claims, maxRSSMB(), drainCPU*1e6/float64(max(*jobs, 1)), res.CPUPerJob(*jobs))
 	if derr != nil || *txFloor == 0 {
 		return derr
 	}

@@ -41,6 +41,17 @@ type Result struct {
 	Seconds    float64
 	JobsPerSec float64
 	Claims     int64 // claim statements sent
+	// MachineCPU is the CPU seconds every core spent during the drain, all
+	// processes together (see MachineCPU); -1 where it cannot be read.
+	MachineCPU float64
+}
+
+// CPUPerJob is the machine's CPU per job in microseconds, or -1.
+func (r Result) CPUPerJob(jobs int) float64 {
+	if r.MachineCPU < 0 || jobs <= 0 {
+		return -1
+	}
+	return r.MachineCPU * 1e6 / float64(jobs)
 }
 
 // Drain starts cfg.Instances brokers with one subscription of cfg.Workers
@@ -103,7 +114,7 @@ func Drain(ctx context.Context, cfg Config, tr *Tracker) (Result, error) {
 	defer stop()
 	errs := make([]error, len(subs))
 	var wg sync.WaitGroup
-	start := time.Now()
+	start, cpu0 := time.Now(), MachineCPU()
 	for i, s := range subs {
 		wg.Go(func() { errs[i] = s.Run(runCtx) })
 	}
@@ -137,11 +148,12 @@ wait:
 			break wait
 		}
 	}
+	cpu := cpuSince(cpu0)
 	stop()
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return Result{}, err
 	}
 	_, claims := acked()
-	return Result{Seconds: took.Seconds(), JobsPerSec: float64(cfg.Jobs) / took.Seconds(), Claims: claims}, failed
+	return Result{Seconds: took.Seconds(), JobsPerSec: float64(cfg.Jobs) / took.Seconds(), Claims: claims, MachineCPU: cpu}, failed
 }

@@ -43,7 +43,7 @@ func Floor(ctx context.Context, db *sql.DB, table string, loops, batch int, tr *
 		claims int64
 	)
 	fail := errs.set
-	start := time.Now()
+	start, cpu0 := time.Now(), MachineCPU()
 	for range loops {
 		wg.Go(func() {
 			ids := make([]int64, 0, batch)
@@ -100,12 +100,12 @@ func Floor(ctx context.Context, db *sql.DB, table string, loops, batch int, tr *
 		})
 	}
 	wg.Wait()
-	took := time.Since(start)
+	took, cpu := time.Since(start), cpuSince(cpu0)
 	if err := errs.get(); err != nil {
 		return Result{}, err
 	}
 	handled := tr.Handled()
-	return Result{Seconds: took.Seconds(), JobsPerSec: float64(handled) / took.Seconds(), Claims: claims}, ctx.Err()
+	return Result{Seconds: took.Seconds(), JobsPerSec: float64(handled) / took.Seconds(), Claims: claims, MachineCPU: cpu}, ctx.Err()
 }
 
 // TxFloor drains table the way the row-lock form's bare SQL would: loops
@@ -124,7 +124,7 @@ func TxFloor(ctx context.Context, db *sql.DB, table string, loops int, tr *Track
 		txs  int64
 	)
 	fail := errs.set
-	start := time.Now()
+	start, cpu0 := time.Now(), MachineCPU()
 	for range loops {
 		wg.Go(func() {
 			var n int64
@@ -161,11 +161,11 @@ func TxFloor(ctx context.Context, db *sql.DB, table string, loops int, tr *Track
 		})
 	}
 	wg.Wait()
-	took := time.Since(start)
+	took, cpu := time.Since(start), cpuSince(cpu0)
 	if err := errs.get(); err != nil {
 		return Result{}, err
 	}
-	return Result{Seconds: took.Seconds(), JobsPerSec: float64(tr.Handled()) / took.Seconds(), Claims: txs}, ctx.Err()
+	return Result{Seconds: took.Seconds(), JobsPerSec: float64(tr.Handled()) / took.Seconds(), Claims: txs, MachineCPU: cpu}, ctx.Err()
 }
 
 // firstError keeps the first error any loop reports.

@@ -69,3 +69,42 @@ func TestWorkerFreeWhileItsAckRuns(t *testing.T) {
 		t.Fatalf("%d rows left, want 0", n)
 	}
 }
+
+// A claim for fewer than half the workers waits a little for more of them,
+// never for good: with three of four workers held, a new row still reaches
+// the fourth.
+func TestFewFreeWorkersStillClaim(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		b := open(t, url, inbox.PollInterval(time.Hour))
+		insert(t, b.DB(), 3)
+		hold := make(chan struct{})
+		defer close(hold)
+		started := make(chan int64, 4)
+		sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(ctx context.Context, j Job) error {
+			started <- j.ID
+			if string(j.Payload) == "held" {
+				<-hold
+			}
+			return nil
+		}, inbox.Workers(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.DB().Exec("UPDATE jobs SET payload = 'held'"); err != nil {
+			t.Fatal(err)
+		}
+		inboxtest.RunSubscription(t, sub)
+		for range 3 {
+			<-started
+		}
+		q := inbox.MustQueue[Job]("jobs")
+		if _, err := inbox.Publish(context.Background(), b, q, Job{Payload: []byte("free")}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-started:
+		case <-time.After(30 * time.Second):
+			t.Fatal("a row published while 3 of 4 workers were held was not handled in 30s")
+		}
+	})
+}

@@ -6,10 +6,11 @@
 // reads them again, since a previous holder may have deleted or delayed a
 // row between the look and the lock. Every job of one claim shares the
 // pinned connection, which goes back to the pool when the last of them is
-// settled. Ack deletes the row, then unlocks it. When the holder dies its
-// session ends and Postgres frees its locks at once: there is no lease to
-// wait out. It holds one connection per claim batch rather than one per
-// job, and serves Postgres only.
+// settled. Ack deletes the row, then unlocks it once the delete has
+// committed, in one round trip; acks of one claim that queue together share
+// one delete. When the holder dies its session ends and Postgres frees its
+// locks at once: there is no lease to wait out. It holds one connection per
+// claim batch rather than one per job, and serves Postgres only.
 //
 //	sub, err := inbox.Subscribe(b, q, handle, inbox.Form(advisory.Form), inbox.Workers(8))
 package advisory
@@ -17,14 +18,10 @@ package advisory
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"fmt"
-	"github.com/jackc/pgx/v5/stdlib"
 	"hash/fnv"
 	"math"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/sqlinbox/sqlinbox/claim"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
@@ -68,6 +65,10 @@ var afterLock func(ids []int64)
 // maxRounds bounds how often one claim looks further when other sessions
 // took candidates from under it.
 const maxRounds = 4
+
+// walkSlack is how many rows one lock statement tries beyond twice the
+// rows it wants, to step past rows other sessions hold.
+const walkSlack = 32
 
 type claimer struct {
 	env   claim.Env
@@ -113,8 +114,9 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	// the ones claims look at first, are exactly those being finished. Such
 	// a round does not mean the table is empty: look again.
 	var jobs []*claim.Job
+	after := int64(math.MinInt64)
 	for round := 0; round < maxRounds && len(jobs) < max; round++ {
-		ids, err := c.lock(ctx, conn, max-len(jobs))
+		ids, err := c.lock(ctx, conn, max-len(jobs), &after)
 		if err != nil {
 			// Locks may have been taken whose ids never arrived: the
 			// session must end, which frees them all.
@@ -165,20 +167,24 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	return jobs, nil
 }
 
-// lock tries locks on available rows until it holds max or the table has
-// no more candidates, and returns the ids it holds.
-func (c *claimer) lock(ctx context.Context, conn *sql.Conn, max int) ([]int64, error) {
+// lock tries locks on available rows above *after until it holds max or
+// the table has no more candidates, and returns the ids it holds. It moves
+// *after past every row it tried: a session may take its own advisory lock
+// again (the locks count), so a claim must never try one row twice.
+func (c *claimer) lock(ctx context.Context, conn *sql.Conn, max int, after *int64) ([]int64, error) {
 	e := &c.env
 	var ids []int64
-	after := int64(math.MinInt64)
 	for round := 0; round < maxRounds && len(ids) < max; round++ {
 		want := max - len(ids)
+		// Rows other sessions hold are tried too, and fail: they are the
+		// lowest ids, those in work. The slack lets one step past them.
+		try := 2*want + walkSlack
 		rows, err := conn.QueryContext(ctx, e.SQL.LockAvailable,
-			e.Table.Times.Arg(e.Clock.Now(), 0), want, e.Group, c.class, after)
+			e.Table.Times.Arg(e.Clock.Now(), 0), want, e.Group, c.class, *after, try)
 		if err != nil {
 			return nil, c.fail("lock", err)
 		}
-		cands := 0
+		tried := 0
 		for rows.Next() {
 			var (
 				id     int64
@@ -188,8 +194,8 @@ func (c *claimer) lock(ctx context.Context, conn *sql.Conn, max int) ([]int64, e
 				rows.Close()
 				return nil, c.fail("lock", err)
 			}
-			cands++
-			after = max64(after, id)
+			tried++
+			*after = max64(*after, id)
 			if locked {
 				ids = append(ids, id)
 			}
@@ -201,8 +207,8 @@ func (c *claimer) lock(ctx context.Context, conn *sql.Conn, max int) ([]int64, e
 		if err := rows.Close(); err != nil {
 			return nil, c.fail("lock", err)
 		}
-		if cands < want {
-			break // no more candidates above the last
+		if tried < try {
+			break // the walk reached the limit, or the end of the table
 		}
 	}
 	return ids, nil
@@ -237,128 +243,4 @@ func max64(a, b int64) int64 {
 		return a
 	}
 	return b
-}
-
-// pin is one claim's connection, shared by its jobs until the last is
-// settled.
-type pin struct {
-	c    *claimer
-	conn *sql.Conn
-
-	mu    sync.Mutex // one statement at a time on the connection
-	refs  int        // jobs not yet settled
-	dirty bool       // a lock may be left on the session: it must end
-}
-
-// close gives the connection back to the pool, or ends it when a lock may
-// be left on it, and uncounts it.
-func (p *pin) close() {
-	if p.dirty {
-		// First ask the session to drop every advisory lock it holds; a
-		// pool that keeps sessions alive behind database/sql (a broker on a
-		// *pgxpool.Pool) would otherwise get the session back with its locks.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := p.conn.ExecContext(ctx, "SELECT pg_advisory_unlock_all()")
-		cancel()
-		if err != nil {
-			// Then end the session itself: closing the pgx connection ends
-			// it whatever pool is behind, and ErrBadConn keeps database/sql
-			// from pooling it.
-			_ = p.conn.Raw(func(dc any) error {
-				if sc, ok := dc.(*stdlib.Conn); ok {
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					defer cancel()
-					_ = sc.Conn().Close(ctx)
-				}
-				return driver.ErrBadConn
-			})
-		}
-	}
-	p.conn.Close()
-	p.c.held.Add(-1)
-	if p.c.env.Budget != nil {
-		p.c.env.Budget.Release()
-	}
-}
-
-// held is one job of a claim: a row locked on the claim's connection.
-type held struct {
-	p    *pin
-	id   int64
-	done bool // guarded by p.mu
-}
-
-// settle runs one statement on the row (none for a release), then unlocks
-// it on the same session. A failed statement still unlocks, so the row is
-// free at once and the settlement changed nothing: that is claim.ErrLost.
-func (h *held) settle(ctx context.Context, what, query string, args ...any) error {
-	p := h.p
-	e := &p.c.env
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if h.done {
-		return fmt.Errorf("%s row %d of %q (advisory): already settled", what, h.id, e.Table.Unquoted)
-	}
-	h.done = true
-	var err error
-	if query != "" {
-		var res sql.Result
-		res, err = p.conn.ExecContext(ctx, query, args...)
-		if err == nil {
-			if n, rerr := res.RowsAffected(); rerr == nil && n == 0 {
-				err = claim.ErrLost // deleted by someone who ignores the lock
-			}
-		}
-	}
-	if _, uerr := p.conn.ExecContext(ctx, e.SQL.Unlock, p.c.class, []int64{h.id}); uerr != nil {
-		p.dirty = true
-		if err == nil {
-			err = fmt.Errorf("unlock: %w", uerr)
-		}
-	}
-	if p.refs--; p.refs == 0 {
-		p.close()
-	}
-	switch {
-	case err == nil:
-		return nil
-	case err == claim.ErrLost:
-		return fmt.Errorf("%s row %d of %q (advisory): %w", what, h.id, e.Table.Unquoted, err)
-	case query == "":
-		return fmt.Errorf("%s row %d of %q (advisory): %w", what, h.id, e.Table.Unquoted, err)
-	default:
-		return fmt.Errorf("%s row %d of %q (advisory): %w: %w", what, h.id, e.Table.Unquoted, claim.ErrLost, err)
-	}
-}
-
-// Ack deletes the row, then unlocks it.
-func (h *held) Ack(ctx context.Context) error {
-	return h.settle(ctx, "ack", h.p.c.env.SQL.Delete, h.id)
-}
-
-// Retry sets the row's time to now+delay, counts the attempt, and unlocks.
-func (h *held) Retry(ctx context.Context, delay time.Duration, lastError string) error {
-	e := &h.p.c.env
-	return h.settle(ctx, "retry", e.SQL.RetryLocked, h.id, nil, e.Table.Times.Arg(e.Clock.Now(), delay), nullable(lastError))
-}
-
-// Park sets the row aside for good, and unlocks.
-func (h *held) Park(ctx context.Context, lastError string) error {
-	e := &h.p.c.env
-	return h.settle(ctx, "park", e.SQL.ParkLocked, h.id, nil, e.Table.Times.Encode(dialect.Never), nullable(lastError))
-}
-
-// Release unlocks the row, unchanged.
-func (h *held) Release(ctx context.Context) error {
-	return h.settle(ctx, "release", "")
-}
-
-// Extend does nothing: an advisory lock lasts as long as its session.
-func (h *held) Extend(context.Context, time.Duration) error { return nil }
-
-func nullable(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
 }

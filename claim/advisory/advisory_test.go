@@ -174,3 +174,41 @@ func ids(jobs []*claim.Job) []int64 {
 	}
 	return out
 }
+
+// A claim steps past rows other sessions hold, however many precede the
+// free ones (more than one lock statement tries), and holds locks on the
+// rows it returns and no others.
+func TestStepPastHeld(t *testing.T) {
+	c, db := newClaimer(t)
+	ctx := context.Background()
+	if _, err := db.Exec("INSERT INTO jobs (payload) SELECT 'p' FROM generate_series(1, 96)"); err != nil {
+		t.Fatal(err)
+	}
+	other, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	const held = 80 // rows 1 to 80: more than two statements of 2*2+walkSlack tries
+	if _, err := other.ExecContext(ctx, "SELECT pg_advisory_lock($1, g) FROM generate_series(1, $2::int) AS g", Class("jobs"), held); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := c.Claim(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(jobs); len(got) != 2 || got[0] != held+1 || got[1] != held+2 {
+		t.Fatalf("claimed %v, want rows %d and %d", got, held+1, held+2)
+	}
+	if n := locks(t, db); n != held+2 {
+		t.Errorf("%d advisory locks of the class held, want %d (the other session's and the claim's two)", n, held+2)
+	}
+	for _, j := range jobs {
+		if err := j.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := locks(t, db); n != held {
+		t.Errorf("%d advisory locks of the class after the release, want the other session's %d", n, held)
+	}
+}

@@ -27,15 +27,15 @@ type InboxSQL struct {
 	// SelectAvailable: the rows a row-lock or advisory claim may take, in id
 	// order: $1 now, $2 limit, $3 group. Row lock appends the lock clause.
 	SelectAvailable string
-	// LockAvailable tries advisory locks on up to $2 available rows with id
-	// above $5 whose key no session of this database holds, and returns one
-	// row (id, locked) per candidate tried: $1 now, $2 limit, $3 group, $4
-	// the table's lock class (a non-negative int4), $5 the last id already
-	// seen. The lock key is (class, id mod 2^32 as int4): ids that collide
-	// wait for each other, they never share a holder. A candidate comes back
-	// with locked false when another session took it between the look at
-	// pg_locks and the try; as many candidates as the limit mean there may
-	// be more rows above the last.
+	// LockAvailable walks the available rows with id above $5 in id order
+	// and tries an advisory lock on each, until it holds $2 or has tried
+	// $6, and returns one row (id, locked) per row tried: $1 now, $2 limit,
+	// $3 group, $4 the table's lock class (a non-negative int4), $5 the last
+	// id already seen, $6 the most rows to try. The lock key is (class, id
+	// mod 2^32 as int4): ids that collide wait for each other, they never
+	// share a holder. A row comes back with locked false when another
+	// session holds it; $6 rows back and fewer than $2 locked mean there
+	// may be more rows above the last.
 	LockAvailable string
 	// Reread reads rows again by id once locked: $1 ids, $2 now.
 	Reread string
@@ -57,6 +57,9 @@ type InboxSQL struct {
 	Release string
 	// Delete removes a row held by a lock (row-lock and advisory forms): $1 id.
 	Delete string
+	// DeleteMany removes rows held by advisory locks and returns the ids it
+	// deleted: $1 ids (a bigint[]; its text form binds too). Postgres only.
+	DeleteMany string
 	// RetryLocked and ParkLocked are Retry and Park for rows held by a lock:
 	// $1 id, $3 new time, $4 last error ($2 unused, always NULL).
 	RetryLocked string
@@ -159,22 +162,27 @@ FROM %[2]s WHERE TRUE%[4]s`, lu, t.Name, tm.At(1), group(3)))
 	}
 	if d.Kind == Postgres {
 		s.AckMany = fmt.Sprintf("DELETE FROM %s AS t USING unnest($1::bigint[], $2::timestamptz[]) AS a(id, lease) WHERE t.%s = a.id AND t.%s = a.lease RETURNING t.%s", t.Name, t.ID, lu, t.ID)
-		// The candidates are materialized before any lock is tried, and the
-		// lock function runs once for each candidate with no LIMIT or filter
-		// after it, and every candidate comes back with whether it was
-		// locked: every lock taken is seen by the caller, none can leak.
-		s.LockAvailable = fmt.Sprintf(`WITH held AS MATERIALIZED (
-	SELECT objid::bigint AS k FROM pg_locks
-	WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-	AND classid = $4::int::oid AND objsubid = 2 AND granted
-), cand AS MATERIALIZED (
-	SELECT %s AS id FROM %s
-	WHERE %s%s AND %s > $5::bigint AND ((%s %% 4294967296)::bigint) NOT IN (SELECT k FROM held)
-	ORDER BY %s LIMIT $2
+		// A recursive walk, one row a step: each step reads the next
+		// available id above the last (a primary-key probe) and tries its
+		// lock in the step's select list, which runs once for each row the
+		// step returns and for no other; the walk stops at the limit. Every
+		// row a step returns is in the result, so every lock taken is seen
+		// by the caller and none can leak. No pg_locks read: that view takes
+		// every lock-manager partition lock, which costs more the busier the
+		// database is (0.05 ms idle, 1 to 4 ms during a drain here).
+		s.LockAvailable = fmt.Sprintf(`WITH RECURSIVE walk(id, locked, got, steps) AS (
+	SELECT $5::bigint, false, 0, 0
+	UNION ALL
+	SELECT n.id, pg_try_advisory_lock($4::int, (n.id %% 4294967296)::bigint::bit(32)::int), w.got + w.locked::int, w.steps + 1
+	FROM walk w CROSS JOIN LATERAL (
+		SELECT %s AS id FROM %s WHERE %s%s AND %s > w.id ORDER BY %s LIMIT 1
+	) n
+	WHERE w.got + w.locked::int < $2 AND w.steps < $6
 )
-SELECT id, pg_try_advisory_lock($4::int, (id %% 4294967296)::bigint::bit(32)::int) FROM cand`,
-			t.ID, t.Name, availableAt1, group(3), t.ID, t.ID, t.ID)
+SELECT id, locked FROM walk WHERE steps > 0`,
+			t.ID, t.Name, availableAt1, group(3), t.ID, t.ID)
 		s.Reread = fmt.Sprintf("SELECT %s FROM %s WHERE %s = ANY($1) AND (%s IS NULL OR %s <= %s)", returning, t.Name, t.ID, lu, lu, tm.At(2))
+		s.DeleteMany = fmt.Sprintf("DELETE FROM %s WHERE %s = ANY($1::bigint[]) RETURNING %s", t.Name, t.ID, t.ID)
 		s.Unlock = "SELECT pg_advisory_unlock($1::int, (id % 4294967296)::bigint::bit(32)::int) FROM unnest($2::bigint[]) AS u(id)"
 	}
 	return s

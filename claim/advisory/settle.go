@@ -1,0 +1,416 @@
+package advisory
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/sqlinbox/sqlinbox/claim"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// settleTimeout bounds the statements of one turn on a pinned connection.
+// A turn settles every job queued on the pin, not only its caller's, so no
+// one caller's context may cut it short.
+const settleTimeout = 30 * time.Second
+
+// pin is one claim's connection, shared by its jobs until the last is
+// settled. Settlements queue on it: the one that finds the connection free
+// runs the queue until it is empty, and every ack queued when a turn
+// starts goes in that turn, so jobs of one claim finishing together pay
+// one commit, not one each.
+type pin struct {
+	c    *claimer
+	conn *sql.Conn
+
+	mu      sync.Mutex
+	refs    int           // jobs not yet settled
+	dirty   bool          // a lock may be left on the session: it must end
+	running bool          // a settlement is running statements on conn
+	queue   []*settlement // waiting for the connection
+}
+
+// settlement is one job's settlement, queued on its pin.
+type settlement struct {
+	h     *held
+	what  string // "ack", "retry", "park", "release"
+	ack   bool   // acks of one turn share one delete
+	query string // the statement before the unlock; "" for a release
+	args  []any
+	err   error
+	done  chan struct{} // closed when err is set
+}
+
+// close gives the connection back to the pool, or ends it when a lock may
+// be left on it, and uncounts it.
+func (p *pin) close() {
+	if p.dirty {
+		// First ask the session to drop every advisory lock it holds; a
+		// pool that keeps sessions alive behind database/sql (a broker on a
+		// *pgxpool.Pool) would otherwise get the session back with its locks.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := p.conn.ExecContext(ctx, "SELECT pg_advisory_unlock_all()")
+		cancel()
+		if err != nil {
+			// Then end the session itself: closing the pgx connection ends
+			// it whatever pool is behind, and ErrBadConn keeps database/sql
+			// from pooling it.
+			_ = p.conn.Raw(func(dc any) error {
+				if sc, ok := dc.(*stdlib.Conn); ok {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					_ = sc.Conn().Close(ctx)
+				}
+				return driver.ErrBadConn
+			})
+		}
+	}
+	p.conn.Close()
+	p.c.held.Add(-1)
+	if p.c.env.Budget != nil {
+		p.c.env.Budget.Release()
+	}
+}
+
+// held is one job of a claim: a row locked on the claim's connection.
+type held struct {
+	p    *pin
+	id   int64
+	done bool // guarded by p.mu
+}
+
+// settle queues the job's settlement on its pin and waits for it: one
+// statement on the row (none for a release), then the unlock on the same
+// session. A failed statement still unlocks, so the row is free at once and
+// the settlement changed nothing: that is claim.ErrLost.
+func (h *held) settle(ctx context.Context, what, query string, args ...any) error {
+	p := h.p
+	s := &settlement{h: h, what: what, ack: what == "ack", query: query, args: args, done: make(chan struct{})}
+	p.mu.Lock()
+	if h.done {
+		p.mu.Unlock()
+		return fmt.Errorf("%s row %d of %q (advisory): already settled", what, h.id, p.c.env.Table.Unquoted)
+	}
+	h.done = true
+	p.queue = append(p.queue, s)
+	run := !p.running
+	p.running = true
+	p.mu.Unlock()
+	if run {
+		// Let handlers that finished with this one queue their settlements
+		// first, so they share this turn's commit instead of waiting for it
+		// and paying one of their own.
+		runtime.Gosched()
+		p.run(ctx)
+	}
+	select {
+	case <-s.done:
+		return s.err
+	case <-ctx.Done():
+		// The settlement still runs in its turn; its caller stops waiting.
+		return fmt.Errorf("%s row %d of %q (advisory): %w", what, h.id, p.c.env.Table.Unquoted, ctx.Err())
+	}
+}
+
+// run takes one turn on the connection, then hands what queued meanwhile
+// to a goroutine of its own: the caller's settlement went in this turn (a
+// caller that finds the connection free finds the queue empty but for its
+// own), and it does not wait for the others'. The last turn of the pin
+// gives the connection back before its callers learn their outcome, so a
+// caller that returns from the last settlement finds it uncounted.
+func (p *pin) run(ctx context.Context) {
+	p.mu.Lock()
+	turn := p.next()
+	p.mu.Unlock()
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	dirty := p.exec(tctx, turn)
+	cancel()
+	p.mu.Lock()
+	p.dirty = p.dirty || dirty
+	p.refs -= len(turn)
+	last := p.refs == 0
+	p.mu.Unlock()
+	if last {
+		p.close()
+	}
+	for _, s := range turn {
+		close(s.done)
+	}
+	p.mu.Lock()
+	more := len(p.queue) > 0
+	p.running = more
+	p.mu.Unlock()
+	if more {
+		go p.run(context.WithoutCancel(ctx))
+	}
+}
+
+// next takes the next turn from the queue: every queued ack, or else the
+// first settlement alone. The caller holds p.mu.
+func (p *pin) next() []*settlement {
+	if len(p.queue) == 0 {
+		return nil
+	}
+	if !p.queue[0].ack {
+		s := p.queue[0]
+		p.queue = p.queue[1:]
+		return []*settlement{s}
+	}
+	var acks, rest []*settlement
+	for _, s := range p.queue {
+		if s.ack {
+			acks = append(acks, s)
+		} else {
+			rest = append(rest, s)
+		}
+	}
+	p.queue = rest
+	return acks
+}
+
+// exec runs one turn and sets each settlement's err. It reports whether the
+// session may still hold a lock of the turn.
+func (p *pin) exec(ctx context.Context, turn []*settlement) (dirty bool) {
+	e := &p.c.env
+	if turn[0].ack {
+		ids := make([]int64, len(turn))
+		for i, s := range turn {
+			ids[i] = s.h.id
+		}
+		deleted, err, uerr := p.ackMany(ctx, ids)
+		for _, s := range turn {
+			switch {
+			case err != nil:
+				s.err = outcome(e, s, err)
+			case !deleted[s.h.id]:
+				s.err = outcome(e, s, claim.ErrLost) // deleted by someone who ignores the lock
+			case uerr != nil:
+				s.err = outcome(e, s, fmt.Errorf("unlock: %w", uerr))
+			}
+		}
+		return uerr != nil
+	}
+	s := turn[0]
+	var err error
+	if s.query != "" {
+		var res sql.Result
+		res, err = p.conn.ExecContext(ctx, s.query, s.args...)
+		if err == nil {
+			if n, rerr := res.RowsAffected(); rerr == nil && n == 0 {
+				err = claim.ErrLost // deleted by someone who ignores the lock
+			}
+		}
+	}
+	if _, uerr := p.conn.ExecContext(ctx, e.SQL.Unlock, p.c.class, []int64{s.h.id}); uerr != nil {
+		dirty = true
+		if err == nil {
+			err = fmt.Errorf("unlock: %w", uerr)
+		}
+	}
+	if err != nil {
+		s.err = outcome(e, s, err)
+	}
+	return dirty
+}
+
+// outcome words a failed settlement for its caller.
+func outcome(e *claim.Env, s *settlement, err error) error {
+	switch {
+	case err == claim.ErrLost, s.query == "":
+		return fmt.Errorf("%s row %d of %q (advisory): %w", s.what, s.h.id, e.Table.Unquoted, err)
+	default:
+		return fmt.Errorf("%s row %d of %q (advisory): %w: %w", s.what, s.h.id, e.Table.Unquoted, claim.ErrLost, err)
+	}
+}
+
+// errNoPipeline: the pool's driver is not pgx, so the connection cannot
+// pipeline.
+var errNoPipeline = errors.New("advisory: the connection is not a pgx connection")
+
+// pipelined, when false (tests), sends the delete and the unlock of an ack
+// as two round trips, as a pool whose driver is not pgx does.
+var pipelined = true
+
+// ackMany deletes the rows and returns the ids it deleted, then unlocks
+// every row it was given. The unlock runs only after the delete has
+// committed: unlocked first, a row deleted but not yet committed could be
+// locked by another session and still read there as available, and handled
+// twice. On a pgx connection the two go in one round trip, a pipeline with
+// a Sync between them: the server commits the delete at that Sync, before
+// it reads the unlock. err is the delete's failure (it rolled back; the
+// rows are unlocked unchanged); uerr the unlock's (the session may keep
+// locks: it must end).
+func (p *pin) ackMany(ctx context.Context, ids []int64) (deleted map[int64]bool, err, uerr error) {
+	e := &p.c.env
+	if pipelined {
+		rerr := p.conn.Raw(func(dc any) error {
+			sc, ok := dc.(*stdlib.Conn)
+			if !ok {
+				return errNoPipeline
+			}
+			deleted, err, uerr = pipelineAck(ctx, sc.Conn().PgConn(), e.SQL, p.c.class, ids)
+			return nil
+		})
+		if !errors.Is(rerr, errNoPipeline) {
+			if rerr != nil && err == nil {
+				err, uerr = rerr, rerr
+			}
+			return deleted, err, uerr
+		}
+	}
+	deleted = make(map[int64]bool, len(ids))
+	err = func() error {
+		rows, err := p.conn.QueryContext(ctx, e.SQL.DeleteMany, ids)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			deleted[id] = true
+		}
+		return rows.Err()
+	}()
+	_, uerr = p.conn.ExecContext(ctx, e.SQL.Unlock, p.c.class, ids)
+	return deleted, err, uerr
+}
+
+// pipelineAck sends DeleteMany, a Sync, Unlock and a Sync in one round
+// trip. Each Sync ends an implicit transaction: the delete commits, its WAL
+// flushed, before the server reads the unlock; a failed delete rolls back
+// at its Sync and the unlock still runs.
+func pipelineAck(ctx context.Context, pc *pgconn.PgConn, q dialect.InboxSQL, class int32, ids []int64) (deleted map[int64]bool, err, uerr error) {
+	arr := idArray(ids)
+	pl := pc.StartPipeline(ctx)
+	pl.SendQueryParams(q.DeleteMany, [][]byte{arr}, nil, nil, nil)
+	pl.SendPipelineSync()
+	pl.SendQueryParams(q.Unlock, [][]byte{[]byte(strconv.Itoa(int(class))), arr}, nil, nil, nil)
+	if err := pl.Sync(); err != nil {
+		pl.Close()
+		return nil, err, err
+	}
+	deleted = make(map[int64]bool, len(ids))
+	err = readRows(pl, func(v []byte) error {
+		id, perr := strconv.ParseInt(string(v), 10, 64)
+		deleted[id] = true
+		return perr
+	})
+	var pgErr *pgconn.PgError
+	if err != nil && !errors.As(err, &pgErr) {
+		// The connection itself failed: nothing more can be read.
+		pl.Close()
+		return deleted, err, err
+	}
+	if serr := readSync(pl); serr != nil {
+		pl.Close()
+		return deleted, orErr(err, serr), serr
+	}
+	uerr = readRows(pl, func([]byte) error { return nil })
+	if serr := readSync(pl); serr != nil && uerr == nil {
+		uerr = serr
+	}
+	if cerr := pl.Close(); cerr != nil && uerr == nil {
+		uerr = cerr
+	}
+	return deleted, err, uerr
+}
+
+// readRows reads the next result of the pipeline and passes the first
+// column of each row to row.
+func readRows(pl *pgconn.Pipeline, row func([]byte) error) error {
+	res, err := pl.GetResults()
+	if err != nil {
+		return err
+	}
+	rr, ok := res.(*pgconn.ResultReader)
+	if !ok {
+		return fmt.Errorf("advisory: pipeline returned %T, want a result", res)
+	}
+	var rowErr error
+	for rr.NextRow() {
+		if err := row(rr.Values()[0]); err != nil && rowErr == nil {
+			rowErr = err
+		}
+	}
+	if _, err := rr.Close(); err != nil {
+		return err
+	}
+	return rowErr
+}
+
+func readSync(pl *pgconn.Pipeline) error {
+	res, err := pl.GetResults()
+	if err != nil {
+		return err
+	}
+	if _, ok := res.(*pgconn.PipelineSync); !ok {
+		return fmt.Errorf("advisory: pipeline returned %T, want its sync", res)
+	}
+	return nil
+}
+
+// idArray is ids in Postgres's text form of an array: {1,2,3}.
+func idArray(ids []int64) []byte {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(id, 10))
+	}
+	b.WriteByte('}')
+	return []byte(b.String())
+}
+
+func orErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// Ack deletes the row, then unlocks it once the delete has committed.
+func (h *held) Ack(ctx context.Context) error {
+	return h.settle(ctx, "ack", h.p.c.env.SQL.Delete, h.id)
+}
+
+// Retry sets the row's time to now+delay, counts the attempt, and unlocks.
+func (h *held) Retry(ctx context.Context, delay time.Duration, lastError string) error {
+	e := &h.p.c.env
+	return h.settle(ctx, "retry", e.SQL.RetryLocked, h.id, nil, e.Table.Times.Arg(e.Clock.Now(), delay), nullable(lastError))
+}
+
+// Park sets the row aside for good, and unlocks.
+func (h *held) Park(ctx context.Context, lastError string) error {
+	e := &h.p.c.env
+	return h.settle(ctx, "park", e.SQL.ParkLocked, h.id, nil, e.Table.Times.Encode(dialect.Never), nullable(lastError))
+}
+
+// Release unlocks the row, unchanged.
+func (h *held) Release(ctx context.Context) error {
+	return h.settle(ctx, "release", "")
+}
+
+// Extend does nothing: an advisory lock lasts as long as its session.
+func (h *held) Extend(context.Context, time.Duration) error { return nil }
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}

@@ -95,6 +95,10 @@ type Env struct {
 	Group any
 	// Lease is how long a claim holds a row in the lease form.
 	Lease time.Duration
+	// Rescan is the longest a form that starts its claims past the head of
+	// the table (lease) goes without looking from the start again: the
+	// poll interval.
+	Rescan time.Duration
 	// Conns is the most connections the form may hold at once, claims
 	// included: the pool's size less one.
 	Conns int

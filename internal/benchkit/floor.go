@@ -56,7 +56,7 @@ func Floor(ctx context.Context, db *sql.DB, table string, loops, batch int, tr *
 			for ctx.Err() == nil {
 				now := time.Now()
 				fence := tm.Arg(now, lease)
-				rows, err := db.QueryContext(ctx, s.ClaimLease, fence, tm.Arg(now, 0), batch, nil)
+				rows, err := db.QueryContext(ctx, s.ClaimLease, fence, tm.Arg(now, 0), batch, nil, 0)
 				if err != nil {
 					fail(fmt.Errorf("floor claim: %w", err))
 					return

@@ -21,7 +21,8 @@ type Table struct {
 
 // InboxSQL is every statement the claim forms run on one table.
 type InboxSQL struct {
-	// ClaimLease: $1 the new lease (Times.At), $2 now, $3 limit, $4 group.
+	// ClaimLease: $1 the new lease (Times.At), $2 now, $3 limit, $4 group,
+	// $5 the least id to look at (0 for the whole table).
 	// Returns id, locked_until, attempts, Columns...
 	ClaimLease string
 	// SelectAvailable: the rows a row-lock or advisory claim may take, in id
@@ -116,8 +117,8 @@ func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 	if d.Kind == SQLite {
 		limit = "($3 + 0)"
 	}
-	inner := fmt.Sprintf("SELECT %s FROM %s WHERE %s%s ORDER BY %s LIMIT %s%s",
-		t.ID, t.Name, available, group(4), t.ID, limit, d.SkipLocked())
+	inner := fmt.Sprintf("SELECT %s FROM %s WHERE %s >= $5 AND %s%s ORDER BY %s LIMIT %s%s",
+		t.ID, t.Name, t.ID, available, group(4), t.ID, limit, d.SkipLocked())
 	var claim string
 	if d.Kind == Postgres {
 		claim = fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s = ANY(ARRAY(%s)) RETURNING %s",

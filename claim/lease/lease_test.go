@@ -1,0 +1,100 @@
+package lease
+
+import (
+	"context"
+	"database/sql"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/claim"
+	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/internal/testdb"
+	"github.com/sqlinbox/sqlinbox/migrations"
+)
+
+// While claims come back full, the next one starts at the least id the last
+// one took: a row behind that mark that becomes available again is not
+// seen until Rescan has passed on the claimer's clock, or a claim comes back
+// short; then it is the first one taken.
+func TestClaimMarkAndRescan(t *testing.T) {
+	for name, url := range map[string]func(testing.TB) string{"sqlite": testdb.SQLite, "postgres": testdb.Postgres} {
+		t.Run(name, func(t *testing.T) {
+			clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			c, db := newClaimer(t, url(t), clk, 10)
+			ctx := context.Background()
+			take := func(n int) []int64 {
+				t.Helper()
+				jobs, err := c.Claim(ctx, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ids []int64
+				for _, j := range jobs {
+					ids = append(ids, j.ID)
+				}
+				return ids
+			}
+			want := func(got []int64, ids ...int64) {
+				t.Helper()
+				if !slices.Equal(got, ids) {
+					t.Fatalf("claimed %v, want %v", got, ids)
+				}
+			}
+			want(take(2), 1, 2)
+			want(take(2), 3, 4) // starts at 1: 1 and 2 are held
+			// Row 1 comes back (its holder's lease ran out, say).
+			if _, err := db.Exec("UPDATE jobs SET locked_until = NULL WHERE id = 1"); err != nil {
+				t.Fatal(err)
+			}
+			want(take(2), 5, 6) // starts at 3: row 1 is behind the mark
+			clk.Advance(time.Minute)
+			want(take(2), 1, 7) // Rescan passed: from the start
+			// A short claim makes the next one look from the start too.
+			want(take(5), 8, 9, 10)
+			if _, err := db.Exec("UPDATE jobs SET locked_until = NULL WHERE id = 2"); err != nil {
+				t.Fatal(err)
+			}
+			want(take(2), 2)
+		})
+	}
+}
+
+// newClaimer makes the lease form's claimer, with a lease of an hour and a
+// Rescan of a minute on clk, on a fresh reference table "jobs" of n rows.
+func newClaimer(t *testing.T, url string, clk clock.Clock, n int) (*claimer, *sql.DB) {
+	t.Helper()
+	db, d, err := dialect.Open(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := migrations.Apply(context.Background(), db, "jobs"); err != nil {
+		t.Fatal(err)
+	}
+	var declared string
+	if d.Kind == dialect.SQLite {
+		if err := db.QueryRow("SELECT type FROM pragma_table_info('jobs') WHERE name = 'locked_until'").Scan(&declared); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tbl := claim.Table{
+		Table:    dialect.Table{Name: `"jobs"`, ID: `"id"`, LockedUntil: `"locked_until"`, Attempts: `"attempts"`, LastError: `"last_error"`},
+		Unquoted: "jobs",
+		Times:    dialect.Times{Kind: d.Kind, Encoding: dialect.EncodingFor(d.Kind, declared)},
+		New:      func() (any, []any) { return nil, nil },
+	}
+	env := claim.Env{DB: db, Dialect: d, Table: tbl, SQL: d.Inbox(tbl.Table, tbl.Times), Clock: clk,
+		Lease: time.Hour, Rescan: time.Minute, Conns: 3}
+	c, err := Form.New(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if _, err := db.Exec("INSERT INTO jobs (payload) VALUES ('p')"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c.(*claimer), db
+}

@@ -38,7 +38,8 @@ func bench(ctx context.Context, args []string) error {
 	return fmt.Errorf("unknown bench %q: use throughput, latency or idle", args[0])
 }
 
-// maxRSSMB is the process's peak resident set, from getrusage (KB on Linux).
+// maxRSSMB is the process's peak resident set, from getrusage (KB on Linux),
+// since it started or since the last resetPeakRSS.
 func maxRSSMB() float64 {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
@@ -75,6 +76,7 @@ func benchThroughput(ctx context.Context, args []string) error {
 	table := fs.String("table", "bench_jobs", "table to (re)create and drain")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the drain to this file")
+	memProfile := fs.String("memprofile", "", "write a heap profile to this file when half the rows are acknowledged")
 	txFloor := fs.Int("tx-floor", 0, "after the drain, refill and drain again with this many bare per-job transaction loops (Postgres; the row-lock and advisory forms' floor), and print both")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -97,6 +99,11 @@ func benchThroughput(ctx context.Context, args []string) error {
 		return err
 	}
 	tr := benchkit.NewTracker(first, *jobs)
+	// The fill runs in this process too: its peak is read here and the
+	// kernel's peak reset, so the drain's peak is the drain's alone.
+	fillPeak, _ := peakRSSMB()
+	reset := resetPeakRSS()
+	watch := watchMem(50 * time.Millisecond)
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -109,19 +116,45 @@ func benchThroughput(ctx context.Context, args []string) error {
 		defer pprof.StopCPUProfile()
 	}
 	fmt.Fprintf(os.Stderr, "draining with %d instance(s) x %d workers, %s form\n", *instances, *workers, *formName)
+	var halfway func()
+	if *memProfile != "" {
+		halfway = func() {
+			if err := writeHeapProfile(*memProfile); err != nil {
+				fmt.Fprintf(os.Stderr, "memprofile: %v\n", err)
+			}
+		}
+	}
 	cpu0 := cpuSeconds()
 	res, derr := benchkit.Drain(ctx, benchkit.Config{URL: *db, Table: *table, Form: form, Instances: *instances,
-		Workers: *workers, Conns: *conns, Notify: *notifyOn, Jobs: *jobs, Progress: os.Stderr, Timeout: *timeout}, tr)
+		Workers: *workers, Conns: *conns, Notify: *notifyOn, Jobs: *jobs, Progress: os.Stderr, Timeout: *timeout,
+		Halfway: halfway}, tr)
 	// cpu_us_per_job is this process's CPU; machine_cpu_us_per_job every
 	// core's, the Postgres server's share and any other load included.
 	drainCPU := cpuSeconds() - cpu0
+	// drain_peak_rss_mb is the kernel's peak since the reset;
+	// drain_steady_rss_mb the median of the 50 ms samples of the drain's
+	// later half; the drain_* figures after them are the sample of the
+	// largest resident set, split by kind. After the reset getrusage no longer holds the fill's
+	// peak: the process's is the larger of the two phases'. Where the peak
+	// cannot be reset, only the process's peak is known (-1 for the rest).
+	drainPeak, _ := peakRSSMB()
+	at, _ := watch.stop()
+	steady := watch.steadyMB()
+	procPeak := maxRSSMB()
+	if reset {
+		procPeak = max(fillPeak, drainPeak)
+	} else {
+		fillPeak, drainPeak = -1, -1
+	}
 	remaining, err := benchkit.Remaining(context.WithoutCancel(ctx), setup.DB(), *table)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("form=%s db=%s jobs=%d instances=%d workers=%d notify=%t seconds=%.3f jobs_per_sec=%.0f duplicates=%d lost=%d remaining=%d stray=%d claims=%d max_rss_mb=%.1f cpu_us_per_job=%.1f machine_cpu_us_per_job=%.1f\n",
+	fmt.Printf("form=%s db=%s jobs=%d instances=%d workers=%d notify=%t seconds=%.3f jobs_per_sec=%.0f duplicates=%d lost=%d remaining=%d stray=%d claims=%d max_rss_mb=%.1f fill_peak_rss_mb=%.1f drain_peak_rss_mb=%.1f drain_steady_rss_mb=%.1f drain_anon_mb=%.1f drain_file_mb=%.1f drain_go_mb=%.1f drain_heap_mb=%.1f drain_stacks_mb=%.1f drain_goroutines=%d cpu_us_per_job=%.1f machine_cpu_us_per_job=%.1f\n",
 		*formName, dbKind(*db), *jobs, *instances, *workers, *notifyOn, res.Seconds, res.JobsPerSec,
-		tr.Duplicates(), tr.Lost(), remaining, tr.Stray(), res.Claims, maxRSSMB(), drainCPU*1e6/float64(max(*jobs, 1)), res.CPUPerJob(*jobs))
+		tr.Duplicates(), tr.Lost(), remaining, tr.Stray(), res.Claims, procPeak,
+		fillPeak, drainPeak, steady, at.AnonMB, at.FileMB, at.GoMB, at.HeapMB, at.StacksMB, at.Goroutine,
+		drainCPU*1e6/float64(max(*jobs, 1)), res.CPUPerJob(*jobs))
 	if derr != nil || *txFloor == 0 {
 		return derr
 	}

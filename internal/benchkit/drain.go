@@ -34,6 +34,9 @@ type Config struct {
 	Progress io.Writer
 	// Timeout bounds the drain; zero means ten minutes.
 	Timeout time.Duration
+	// Halfway, if set, is called once when half the rows are acknowledged,
+	// with the drain running (a heap profile of its steady state).
+	Halfway func()
 }
 
 // Result is what a drain measured.
@@ -129,6 +132,10 @@ wait:
 		select {
 		case <-tick.C:
 			n, _ := acked()
+			if cfg.Halfway != nil && n >= int64(cfg.Jobs)/2 {
+				cfg.Halfway()
+				cfg.Halfway = nil
+			}
 			if n >= int64(cfg.Jobs) {
 				took = time.Since(start)
 				break wait

@@ -69,6 +69,45 @@ func TestSQLiteURLs(t *testing.T) {
 	}
 }
 
+// Every connection of a pool opened from a URL has its page cache bounded,
+// file or memory, and a URL that sets cache_size keeps its own.
+func TestSQLiteCacheSize(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		url  string
+		want int64
+	}{
+		{"sqlite://" + dir + "/a.db", -dialect.SQLiteCacheKiB},
+		{"sqlite://:memory:", -dialect.SQLiteCacheKiB},
+		{"sqlite://" + dir + "/b.db?_pragma=cache_size(-64)", -64},
+		{"sqlite://" + dir + "/c.db?_pragma=main.CACHE_SIZE%3D300", 300},
+	} {
+		db, _, err := dialect.Open(tc.url)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.url, err)
+		}
+		// Two connections held at once, so the second is a fresh one.
+		conns := make([]*sql.Conn, 2)
+		for i := range conns {
+			if conns[i], err = db.Conn(ctx); err != nil {
+				t.Fatalf("%s: %v", tc.url, err)
+			}
+			var got int64
+			if err := conns[i].QueryRowContext(ctx, "PRAGMA cache_size").Scan(&got); err != nil {
+				t.Fatalf("%s: %v", tc.url, err)
+			}
+			if got != tc.want {
+				t.Errorf("%s: connection %d: cache_size = %d, want %d", tc.url, i, got, tc.want)
+			}
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+		db.Close()
+	}
+}
+
 // The database clock's SQL must write what the host encoding writes, so a
 // fence compares equal whichever clock wrote it.
 func TestDatabaseTimesRoundTrip(t *testing.T) {

@@ -443,10 +443,12 @@ func (s *Subscription) Run(ctx context.Context) error {
 		lastShort time.Time
 		cooling   bool
 		coolTimer = time.NewTimer(time.Hour)
-		// A claim for fewer than half the workers, while the others are
-		// busy, waits up to claimGather for more of them to free up: under
-		// a backlog claims stay large, and a commit is paid per many rows.
-		// Host time too; a subscription with every worker free claims at once.
+		// In a form whose claim takes a row for every free worker (lease,
+		// advisory), a claim for fewer than half the workers, while the
+		// others are busy, waits up to claimGather for more of them to free
+		// up: under a backlog claims stay large, and a commit is paid per
+		// many rows. Host time too; a subscription with every worker free
+		// claims at once. Row lock takes a row a claim: it never waits.
 		gathered    bool
 		gathering   bool
 		gatherTimer = time.NewTimer(time.Hour)
@@ -469,7 +471,7 @@ func (s *Subscription) Run(ctx context.Context) error {
 
 	for {
 		for !stopping && !idle && !cooling && free > 0 && inflight < maxClaims && inflight+s.claimer.Held() < conns {
-			if free*2 < s.cfg.workers && !gathered {
+			if batch == 0 && free*2 < s.cfg.workers && !gathered {
 				if !gathering {
 					gathering = true
 					gatherTimer.Reset(claimGather)

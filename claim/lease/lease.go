@@ -12,7 +12,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/claim"
@@ -42,44 +41,7 @@ type claimer struct {
 	env  claim.Env
 	acks *acker
 
-	// from is the least id the next claim looks at. On Postgres a claim
-	// walks the primary key from its start, and the rows acked since the
-	// last vacuum leave dead index entries there that every claim steps
-	// over: on a 200k drain that walk was 45% of the machine's CPU (perf,
-	// ExecSetParamPlan -> _bt_first). While claims come back full, the
-	// next one starts at the least id the last one took; a short claim,
-	// or Rescan since the last look from the start, looks from the start
-	// again, so a row behind the mark that became available (a retry come
-	// due, a lease run out, a delayed publish) waits a poll at most.
-	mu      sync.Mutex
-	from    int64
-	scanned time.Time // on env.Clock, the last claim from the start
-}
-
-// start returns the least id the next claim looks at.
-func (c *claimer) start() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := c.env.Clock.Now()
-	if c.from == 0 || c.env.Rescan <= 0 || now.Sub(c.scanned) >= c.env.Rescan {
-		c.from, c.scanned = 0, now
-	}
-	return c.from
-}
-
-// claimed records what a claim for max rows took.
-func (c *claimer) claimed(max int, jobs []*claim.Job) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(jobs) < max || len(jobs) == 0 {
-		c.from = 0
-		return
-	}
-	least := jobs[0].ID
-	for _, j := range jobs[1:] {
-		least = min(least, j.ID)
-	}
-	c.from = least
+	mark claim.Mark // where the next claim starts (see claim.Mark)
 }
 
 func (c *claimer) Batch() int { return 0 }
@@ -93,7 +55,8 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 		}
 		defer e.Budget.Release()
 	}
-	now, from := e.Clock.Now(), c.start()
+	now := e.Clock.Now()
+	from := c.mark.Start(now, e.Rescan)
 	rows, err := e.Stmts.QueryContext(ctx, e.SQL.ClaimLease,
 		e.Table.Times.Arg(now, e.Lease), e.Table.Times.Arg(now, 0), max, e.Group, from)
 	if err != nil {
@@ -113,7 +76,7 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 		return nil, fmt.Errorf("claim from %q: %w", e.Table.Unquoted, err)
 	}
 	c.acks.claimed(len(jobs))
-	c.claimed(max, jobs)
+	c.mark.Took(len(jobs) == max, jobs)
 	return jobs, nil
 }
 

@@ -46,6 +46,7 @@ type claimer struct {
 	env   claim.Env
 	query string
 	held  atomic.Int64 // connections taken: claims in flight and jobs in work
+	mark  claim.Mark   // where the next claim starts (see claim.Mark)
 }
 
 // Batch is one: each job holds a transaction of its own.
@@ -96,7 +97,8 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 // take selects and locks the first available row, or returns nil.
 func (c *claimer) take(ctx context.Context, tx *sql.Tx) (*claim.Job, error) {
 	e := &c.env
-	rows, err := tx.QueryContext(ctx, c.query, e.Table.Times.Arg(e.Clock.Now(), 0), 1, e.Group)
+	now := e.Clock.Now()
+	rows, err := tx.QueryContext(ctx, c.query, e.Table.Times.Arg(now, 0), 1, e.Group, c.mark.Start(now, e.Rescan))
 	if err != nil {
 		return nil, fmt.Errorf("claim from %q (rowlock): %w", e.Table.Unquoted, err)
 	}
@@ -112,6 +114,11 @@ func (c *claimer) take(ctx context.Context, tx *sql.Tx) (*claim.Job, error) {
 	}
 	if err := rows.Close(); err != nil {
 		return nil, fmt.Errorf("claim from %q (rowlock): %w", e.Table.Unquoted, err)
+	}
+	if j == nil {
+		c.mark.Took(false, nil)
+	} else {
+		c.mark.Took(true, []*claim.Job{j})
 	}
 	return j, nil
 }

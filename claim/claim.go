@@ -47,6 +47,12 @@ type Settler interface {
 	Extend(ctx context.Context, lease time.Duration) error
 }
 
+// Forgetter is a Settler told that its job will never be settled: its
+// lease was lost while the handler ran, and the row is someone else's now.
+type Forgetter interface {
+	Forget()
+}
+
 // ErrLost is returned when a row's lease was taken over or the row is gone:
 // the holder no longer holds it and its settlement changed nothing.
 var ErrLost = errors.New("claim lost: the row's lease was taken over or the row is gone")

@@ -1,6 +1,7 @@
 package claim
 
 import (
+	"math"
 	"sync"
 	"time"
 )
@@ -18,17 +19,20 @@ import (
 // rolled-back hold) waits one Rescan (the poll interval) at most.
 type Mark struct {
 	mu      sync.Mutex
-	from    int64
+	marked  bool  // the last claim was full: the next starts at from
+	from    int64 // the least id the last full claim took
 	scanned time.Time
 }
 
 // Start returns the least id the next claim looks at, now being the time on
-// the form's clock.
+// the form's clock: math.MinInt64 for the whole table, since ids may be
+// zero or negative where the publisher writes them.
 func (m *Mark) Start(now time.Time, rescan time.Duration) int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.from == 0 || rescan <= 0 || now.Sub(m.scanned) >= rescan {
-		m.from, m.scanned = 0, now
+	if !m.marked || rescan <= 0 || now.Sub(m.scanned) >= rescan {
+		m.marked, m.scanned = false, now
+		return math.MinInt64
 	}
 	return m.from
 }
@@ -39,12 +43,12 @@ func (m *Mark) Took(full bool, jobs []*Job) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !full || len(jobs) == 0 {
-		m.from = 0
+		m.marked = false
 		return
 	}
 	least := jobs[0].ID
 	for _, j := range jobs[1:] {
 		least = min(least, j.ID)
 	}
-	m.from = least
+	m.marked, m.from = true, least
 }

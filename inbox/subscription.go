@@ -593,8 +593,20 @@ func (s *Subscription) Run(ctx context.Context) error {
 	}
 
 	// Stopped claiming: let running handlers finish within the timeout.
+	// Nothing counts workers or settlements any more: their signals are
+	// drained, so no handler blocks on a full channel.
 	finished := make(chan struct{})
 	go func() { handlers.Wait(); close(finished) }()
+	go func() {
+		for {
+			select {
+			case <-done:
+			case <-settled:
+			case <-finished:
+				return
+			}
+		}
+	}()
 	deadline := b.clock.NewTimer(s.cfg.shutdown)
 	defer deadline.Stop()
 	select {
@@ -770,6 +782,9 @@ func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job,
 // returns the outcome.
 func (s *Subscription) settle(log *slog.Logger, j *claim.Job, err error, lost bool) Outcome {
 	if lost {
+		if f, ok := j.Settler.(claim.Forgetter); ok {
+			f.Forget() // never settled: the form stops counting it in work
+		}
 		return Lost
 	}
 	sctx, scancel := context.WithTimeout(context.Background(), settleTimeout)

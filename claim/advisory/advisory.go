@@ -66,6 +66,9 @@ var afterLock func(ids []int64)
 // took candidates from under it.
 const maxRounds = 4
 
+// maxWalk bounds the rows one lock statement tries.
+const maxWalk = 8192
+
 // walkSlack is how many rows one lock statement tries beyond twice the
 // rows it wants, to step past rows other sessions hold.
 const walkSlack = 32
@@ -174,11 +177,14 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 func (c *claimer) lock(ctx context.Context, conn *sql.Conn, max int, after *int64) ([]int64, error) {
 	e := &c.env
 	var ids []int64
-	for round := 0; round < maxRounds && len(ids) < max; round++ {
+	for round := 0; len(ids) < max; round++ {
 		want := max - len(ids)
 		// Rows other sessions hold are tried too, and fail: they are the
-		// lowest ids, those in work. The slack lets one step past them.
-		try := 2*want + walkSlack
+		// lowest ids, those in work. The slack lets one step past them;
+		// a round that tried all it could and still wants rows walks on
+		// with twice the reach, so any number of held rows is passed, in
+		// a few rounds (the walk ends at the table's end in any case).
+		try := min((2*want+walkSlack)<<min(round, 8), maxWalk)
 		rows, err := conn.QueryContext(ctx, e.SQL.LockAvailable,
 			e.Table.Times.Arg(e.Clock.Now(), 0), want, e.Group, c.class, *after, try)
 		if err != nil {

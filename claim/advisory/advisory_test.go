@@ -212,3 +212,34 @@ func TestStepPastHeld(t *testing.T) {
 		t.Errorf("%d advisory locks of the class after the release, want the other session's %d", n, held)
 	}
 }
+
+// Two hundred rows held by other sessions ahead of the available ones (two
+// instances of 100 workers in work) do not make a claim for one row come
+// back empty.
+func TestStepPastManyHeld(t *testing.T) {
+	c, db := newClaimer(t)
+	ctx := context.Background()
+	if _, err := db.Exec("INSERT INTO jobs (payload) SELECT 'p' FROM generate_series(1, 400)"); err != nil {
+		t.Fatal(err)
+	}
+	other, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	var first int64
+	if err := db.QueryRow("SELECT min(id) FROM jobs").Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	const held = 204 // the four rows newClaimer writes, and 200 more
+	if _, err := other.ExecContext(ctx, "SELECT pg_advisory_lock($1, (g % 4294967296)::bigint::bit(32)::int) FROM generate_series($2::bigint, $2::bigint + $3 - 1) AS g", Class("jobs"), first, held); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := c.Claim(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 || jobs[0].ID != first+held {
+		t.Fatalf("claimed %v past %d held rows, want [%d]", ids(jobs), held, first+held)
+	}
+}

@@ -120,6 +120,10 @@ func (s *settler) Park(ctx context.Context, lastError string) error {
 	return s.exec(ctx, "park", e.SQL.Park, s.id, s.fence, e.Table.Times.Encode(dialect.Never), nullable(lastError))
 }
 
+// Forget stops counting a job whose lease was lost among those in work,
+// so the acks of the others do not wait for it.
+func (s *settler) Forget() { s.c.acks.settled() }
+
 func (s *settler) Release(ctx context.Context) error {
 	defer s.c.acks.settled()
 	return s.exec(ctx, "release", s.c.env.SQL.Release, s.id, s.fence)

@@ -98,3 +98,53 @@ func newClaimer(t *testing.T, url string, clk clock.Clock, n int) (*claimer, *sq
 	}
 	return c.(*claimer), db
 }
+
+// Ids are the publisher's to choose where they are not generated: a row
+// with a zero or negative id is claimed like any other.
+func TestClaimZeroAndNegativeIDs(t *testing.T) {
+	for name, url := range map[string]func(testing.TB) string{"sqlite": testdb.SQLite, "postgres": testdb.Postgres} {
+		t.Run(name, func(t *testing.T) {
+			clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			c, db := newClaimer(t, url(t), clk, 0)
+			if _, err := db.Exec("INSERT INTO jobs (id, payload) VALUES (-5, 'p'), (0, 'p'), (3, 'p')"); err != nil {
+				t.Fatal(err)
+			}
+			jobs, err := c.Claim(context.Background(), 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(jobs) != 3 {
+				t.Fatalf("claimed %d of the rows with ids -5, 0 and 3, want 3", len(jobs))
+			}
+		})
+	}
+}
+
+// A job whose lease was lost is forgotten: the acks of the others stop
+// waiting for it (an ack lingers only while other jobs are in work).
+func TestForgetStopsCountingInWork(t *testing.T) {
+	c, _ := newClaimer(t, testdb.SQLite(t), clock.Host{}, 2)
+	ctx := context.Background()
+	jobs, err := c.Claim(ctx, 2)
+	if err != nil || len(jobs) != 2 {
+		t.Fatalf("claimed %d, %v; want 2", len(jobs), err)
+	}
+	inWork := func() int {
+		c.acks.mu.Lock()
+		defer c.acks.mu.Unlock()
+		return c.acks.inWork
+	}
+	if n := inWork(); n != 2 {
+		t.Fatalf("in work after the claim: %d, want 2", n)
+	}
+	jobs[0].Settler.(claim.Forgetter).Forget()
+	if n := inWork(); n != 1 {
+		t.Fatalf("in work after Forget: %d, want 1", n)
+	}
+	if err := jobs[1].Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := inWork(); n != 0 {
+		t.Fatalf("in work after the other's ack: %d, want 0", n)
+	}
+}

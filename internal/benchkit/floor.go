@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -56,7 +57,7 @@ func Floor(ctx context.Context, db *sql.DB, table string, loops, batch int, tr *
 			for ctx.Err() == nil {
 				now := time.Now()
 				fence := tm.Arg(now, lease)
-				rows, err := db.QueryContext(ctx, s.ClaimLease, fence, tm.Arg(now, 0), batch, nil, 0)
+				rows, err := db.QueryContext(ctx, s.ClaimLease, fence, tm.Arg(now, 0), batch, nil, int64(math.MinInt64))
 				if err != nil {
 					fail(fmt.Errorf("floor claim: %w", err))
 					return

@@ -22,7 +22,7 @@ type Table struct {
 // InboxSQL is every statement the claim forms run on one table.
 type InboxSQL struct {
 	// ClaimLease: $1 the new lease (Times.At), $2 now, $3 limit, $4 group,
-	// $5 the least id to look at (0 for the whole table).
+	// $5 the least id to look at (math.MinInt64 for the whole table).
 	// Returns id, locked_until, attempts, Columns...
 	ClaimLease string
 	// SelectAvailable: the rows a row-lock claim may take, in id order: $1

@@ -1,0 +1,68 @@
+package inbox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/inboxtest"
+)
+
+// A stop while settlements are still running waits for them, not for the
+// shutdown timeout: with one worker, the first row's ack is held by a row
+// lock while the second row's handler runs; the stop comes, then both
+// finish, and Run returns at once.
+func TestStopWithSettlementsPending(t *testing.T) {
+	url := inboxtest.Postgres(t) // a row lock that holds the ack's DELETE
+	b := open(t, url, inbox.PollInterval(time.Hour))
+	insert(t, b.DB(), 2)
+	var first int64
+	if err := b.DB().QueryRow("SELECT min(id) FROM jobs").Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	blocker, err := b.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback()
+	secondStarted := make(chan struct{})
+	releaseSecond := make(chan struct{})
+	ev := inboxtest.NewEvents(t)
+	sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(ctx context.Context, j Job) error {
+		if j.ID == first {
+			var id int64
+			return blocker.QueryRowContext(ctx, "SELECT id FROM jobs WHERE id = $1 FOR UPDATE", j.ID).Scan(&id)
+		}
+		close(secondStarted)
+		<-releaseSecond
+		return nil
+	}, inbox.Workers(1), inbox.ShutdownTimeout(time.Minute), ev.Observe())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	runDone := make(chan error, 1)
+	go func() { runDone <- sub.Run(rctx) }()
+	<-secondStarted
+	cancel()
+	if err := blocker.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	ev.Wait("the first row acked", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) == 1 })
+	close(releaseSecond)
+	start := time.Now()
+	select {
+	case err := <-runDone:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("Run returned %v after the last handler was let go", time.Since(start))
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return within 30s of the last settlement (the shutdown timeout is a minute)")
+	}
+	if n := inboxtest.Count(ev.All(), inbox.Acked); n != 2 {
+		t.Fatalf("%d rows acked, want 2", n)
+	}
+}

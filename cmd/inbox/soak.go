@@ -499,6 +499,13 @@ func (r *soakRun) judge(ctx context.Context) error {
 	}
 	if v.Overlaps > 0 {
 		why = append(why, fmt.Sprintf("%d overlapping handlings", v.Overlaps))
+		pairs, err := r.t.overlapPairs(ctx, r.db)
+		if err != nil {
+			r.logf("could not read the overlapping handlings: %v", err)
+		}
+		for _, p := range pairs {
+			r.logf("overlap: %s", p)
+		}
 	}
 	if v.Produced != c.jobs {
 		why = append(why, fmt.Sprintf("the producer wrote %d of %d rows", v.Produced, c.jobs))

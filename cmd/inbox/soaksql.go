@@ -148,6 +148,33 @@ type soakVerdict struct {
 	Orphans                    int64 // handlings of rows the producer never recorded (must be 0)
 }
 
+// overlapPairs describes each pair of overlapping handlings: the row, both
+// handlings' instance, start and last sign of life, whether each finished,
+// and when each instance was last killed (microseconds on the database's
+// clock, -1 for never), so that a failed soak leaves its evidence.
+func (t *soakTables) overlapPairs(ctx context.Context, db *sql.DB) ([]string, error) {
+	q := "SELECT a.seq, a.instance, a.start_us, a.seen_us, a.done, COALESCE(ka.at_us, -1), " +
+		"b.instance, b.start_us, b.seen_us, b.done, COALESCE(kb.at_us, -1) FROM " + t.qMarks + " a JOIN " + t.qMarks + " b " +
+		"ON a.seq = b.seq AND a.id < b.id AND a.start_us < b.seen_us AND b.start_us < a.seen_us " +
+		"LEFT JOIN " + t.qKil + " ka ON ka.instance = a.instance LEFT JOIN " + t.qKil + " kb ON kb.instance = b.instance " +
+		"ORDER BY a.seq LIMIT 20"
+	rows, err := db.QueryContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var seq, ia, sa, ea, da, ka, ib, sb, eb, db2, kb int64
+		if err := rows.Scan(&seq, &ia, &sa, &ea, &da, &ka, &ib, &sb, &eb, &db2, &kb); err != nil {
+			return nil, err
+		}
+		out = append(out, fmt.Sprintf("row %d: instance %d start=%d seen=%d done=%d killed_at=%d; instance %d start=%d seen=%d done=%d killed_at=%d",
+			seq, ia, sa, ea, da, ka, ib, sb, eb, db2, kb))
+	}
+	return out, rows.Err()
+}
+
 func (t *soakTables) verdict(ctx context.Context, db *sql.DB) (soakVerdict, error) {
 	var v soakVerdict
 	// An overlap: two handlings of one row, each starting before the other

@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 	"time"
 
@@ -14,21 +15,7 @@ import (
 // a row lock from another transaction; the second row is handled while the
 // first is still in the table, and both are acked once the lock goes.
 func TestWorkerFreeWhileItsAckRuns(t *testing.T) {
-	url := inboxtest.Postgres(t) // a row lock that blocks the ack's DELETE
-	b := open(t, url, inbox.PollInterval(time.Hour))
-	insert(t, b.DB(), 2)
-	var first, second int64
-	if err := b.DB().QueryRow("SELECT min(id), max(id) FROM jobs").Scan(&first, &second); err != nil {
-		t.Fatal(err)
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	blocker, err := b.DB().BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer blocker.Rollback()
+	b, first, blocker := twoRowsAndABlocker(t)
 
 	secondStarted := make(chan int, 1) // rows left in the table when it starts
 	ev := inboxtest.NewEvents(t)
@@ -107,4 +94,23 @@ func TestFewFreeWorkersStillClaim(t *testing.T) {
 			t.Fatal("a row published while 3 of 4 workers were held was not handled in 30s")
 		}
 	})
+}
+
+// twoRowsAndABlocker opens a broker on Postgres (where a row lock held by
+// another transaction holds up an ack's DELETE) with two rows in "jobs",
+// and returns the first row's id and a transaction a handler can lock it
+// with; the transaction is rolled back when the test ends.
+func twoRowsAndABlocker(t *testing.T) (b *inbox.Broker, first int64, blocker *sql.Tx) {
+	t.Helper()
+	b = open(t, inboxtest.Postgres(t), inbox.PollInterval(time.Hour))
+	insert(t, b.DB(), 2)
+	if err := b.DB().QueryRow("SELECT min(id) FROM jobs").Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	blocker, err := b.DB().BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { blocker.Rollback() })
+	return b, first, blocker
 }

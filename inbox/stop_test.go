@@ -14,19 +14,8 @@ import (
 // lock while the second row's handler runs; the stop comes, then both
 // finish, and Run returns at once.
 func TestStopWithSettlementsPending(t *testing.T) {
-	url := inboxtest.Postgres(t) // a row lock that holds the ack's DELETE
-	b := open(t, url, inbox.PollInterval(time.Hour))
-	insert(t, b.DB(), 2)
-	var first int64
-	if err := b.DB().QueryRow("SELECT min(id) FROM jobs").Scan(&first); err != nil {
-		t.Fatal(err)
-	}
+	b, first, blocker := twoRowsAndABlocker(t)
 	ctx := context.Background()
-	blocker, err := b.DB().BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer blocker.Rollback()
 	secondStarted := make(chan struct{})
 	releaseSecond := make(chan struct{})
 	ev := inboxtest.NewEvents(t)

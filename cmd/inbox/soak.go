@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -139,7 +140,8 @@ type soakRun struct {
 	producerIn io.WriteCloser // a line asks the producer to hold its next transaction
 	kills      int
 	restarts   int
-	unexpected int // processes that exited without being told to
+	restartsUS []int64 // on the database's clock, when each Postgres restart began
+	unexpected int     // processes that exited without being told to
 	records    sync.WaitGroup
 }
 
@@ -347,6 +349,11 @@ loop:
 		case <-restartC:
 			if r.d.Kind == dialect.Postgres {
 				r.logf("restarting the database: %s", c.restartCmd)
+				if us, err := r.t.readNowUS(ctx, r.db); err == nil {
+					r.restartsUS = append(r.restartsUS, us)
+				} else {
+					r.logf("could not read the database's clock before the restart: %v", err)
+				}
 				restarting = true
 				go func() { restarted <- restartPostgres(ctx, c.restartCmd, r.db) }()
 				break
@@ -488,24 +495,39 @@ func (r *soakRun) judge(ctx context.Context) error {
 		return fmt.Errorf("read the verdict: %w", err)
 	}
 	c := &r.c
-	r.logf("produced=%d lost=%d queued=%d overlaps=%d redelivered=%d max_killed_wait=%v max_wait_any_redelivery=%v orphans=%d unexpected_exits=%d",
-		v.Produced, v.Lost, v.Queued, v.Overlaps, v.Redelivered, time.Duration(v.MaxKilledWaitUS)*time.Microsecond,
+	// A Postgres restart ends every session at once, and the row lock or
+	// advisory lock of a handler still running with it: another claimer may
+	// take the row while that handler runs on (README, "What goes wrong").
+	// Only the lease form, whose hold is written in the row, keeps it
+	// through a restart. For the lock forms such pairs are counted apart
+	// (restart_overlaps); every other overlap fails the soak.
+	restartOverlaps := int64(0)
+	if v.Overlaps > 0 {
+		pairs, err := r.t.overlaps(ctx, r.db)
+		if err != nil {
+			return fmt.Errorf("read the overlapping handlings: %w", err)
+		}
+		for _, p := range pairs {
+			cause := ""
+			if c.form != "lease" && slices.ContainsFunc(r.restartsUS, p.spans) {
+				restartOverlaps++
+				cause = " (the first handling's lock ended with the database restart)"
+			}
+			r.logf("overlap: %s%s", p, cause)
+		}
+	}
+	overlaps := v.Overlaps - restartOverlaps
+	r.logf("produced=%d lost=%d queued=%d overlaps=%d restart_overlaps=%d redelivered=%d max_killed_wait=%v max_wait_any_redelivery=%v orphans=%d unexpected_exits=%d",
+		v.Produced, v.Lost, v.Queued, overlaps, restartOverlaps, v.Redelivered, time.Duration(v.MaxKilledWaitUS)*time.Microsecond,
 		time.Duration(v.MaxWaitUS)*time.Microsecond, v.Orphans, r.unexpected)
-	fmt.Printf("form=%s db=%s processes=%d jobs=%d kills=%d db_restarts=%d lost=%d overlaps=%d redelivered=%d max_redelivery_wait_ms=%d\n",
-		c.form, r.d, c.processes, c.jobs, r.kills, r.restarts, v.Lost, v.Overlaps, v.Redelivered, v.MaxKilledWaitUS/1000)
+	fmt.Printf("form=%s db=%s processes=%d jobs=%d kills=%d db_restarts=%d lost=%d overlaps=%d restart_overlaps=%d redelivered=%d max_redelivery_wait_ms=%d\n",
+		c.form, r.d, c.processes, c.jobs, r.kills, r.restarts, v.Lost, overlaps, restartOverlaps, v.Redelivered, v.MaxKilledWaitUS/1000)
 	var why []string
 	if v.Lost > 0 {
 		why = append(why, fmt.Sprintf("%d rows lost", v.Lost))
 	}
-	if v.Overlaps > 0 {
-		why = append(why, fmt.Sprintf("%d overlapping handlings", v.Overlaps))
-		pairs, err := r.t.overlapPairs(ctx, r.db)
-		if err != nil {
-			r.logf("could not read the overlapping handlings: %v", err)
-		}
-		for _, p := range pairs {
-			r.logf("overlap: %s", p)
-		}
+	if overlaps > 0 {
+		why = append(why, fmt.Sprintf("%d overlapping handlings", overlaps))
 	}
 	if v.Produced != c.jobs {
 		why = append(why, fmt.Sprintf("the producer wrote %d of %d rows", v.Produced, c.jobs))

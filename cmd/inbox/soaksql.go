@@ -148,31 +148,57 @@ type soakVerdict struct {
 	Orphans                    int64 // handlings of rows the producer never recorded (must be 0)
 }
 
-// overlapPairs describes each pair of overlapping handlings: the row, both
-// handlings' instance, start and last sign of life, whether each finished,
-// and when each instance was last killed (microseconds on the database's
-// clock, -1 for never), so that a failed soak leaves its evidence.
-func (t *soakTables) overlapPairs(ctx context.Context, db *sql.DB) ([]string, error) {
+// overlap is a pair of handlings of one row whose spans intersect: a
+// started first. Times are microseconds on the database's clock; killed is
+// when the handling's instance was last killed, -1 for never.
+type overlap struct {
+	seq                            int64
+	aInstance, bInstance           int64
+	aStart, aSeen, bStart, bSeen   int64
+	aDone, bDone, aKilled, bKilled int64
+}
+
+func (o overlap) String() string {
+	return fmt.Sprintf("row %d: instance %d start=%d seen=%d done=%d killed_at=%d; instance %d start=%d seen=%d done=%d killed_at=%d",
+		o.seq, o.aInstance, o.aStart, o.aSeen, o.aDone, o.aKilled, o.bInstance, o.bStart, o.bSeen, o.bDone, o.bKilled)
+}
+
+// spans reports whether the first handling was running when the
+// database restarted at us, and the second began after it.
+func (o overlap) spans(us int64) bool {
+	return o.aStart < us && o.aSeen > us && o.bStart > us
+}
+
+// overlaps reads every pair of overlapping handlings (at most 100), so
+// that a failed soak leaves its evidence.
+func (t *soakTables) overlaps(ctx context.Context, db *sql.DB) ([]overlap, error) {
 	q := "SELECT a.seq, a.instance, a.start_us, a.seen_us, a.done, COALESCE(ka.at_us, -1), " +
 		"b.instance, b.start_us, b.seen_us, b.done, COALESCE(kb.at_us, -1) FROM " + t.qMarks + " a JOIN " + t.qMarks + " b " +
-		"ON a.seq = b.seq AND a.id < b.id AND a.start_us < b.seen_us AND b.start_us < a.seen_us " +
+		"ON a.seq = b.seq AND a.id <> b.id AND (a.start_us, a.id) < (b.start_us, b.id) AND a.start_us < b.seen_us AND b.start_us < a.seen_us " +
 		"LEFT JOIN " + t.qKil + " ka ON ka.instance = a.instance LEFT JOIN " + t.qKil + " kb ON kb.instance = b.instance " +
-		"ORDER BY a.seq LIMIT 20"
+		"ORDER BY a.seq LIMIT 100"
 	rows, err := db.QueryContext(ctx, q)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []string
+	var out []overlap
 	for rows.Next() {
-		var seq, ia, sa, ea, da, ka, ib, sb, eb, db2, kb int64
-		if err := rows.Scan(&seq, &ia, &sa, &ea, &da, &ka, &ib, &sb, &eb, &db2, &kb); err != nil {
+		var o overlap
+		if err := rows.Scan(&o.seq, &o.aInstance, &o.aStart, &o.aSeen, &o.aDone, &o.aKilled,
+			&o.bInstance, &o.bStart, &o.bSeen, &o.bDone, &o.bKilled); err != nil {
 			return nil, err
 		}
-		out = append(out, fmt.Sprintf("row %d: instance %d start=%d seen=%d done=%d killed_at=%d; instance %d start=%d seen=%d done=%d killed_at=%d",
-			seq, ia, sa, ea, da, ka, ib, sb, eb, db2, kb))
+		out = append(out, o)
 	}
 	return out, rows.Err()
+}
+
+// readNowUS reads the database's clock.
+func (t *soakTables) readNowUS(ctx context.Context, db *sql.DB) (int64, error) {
+	var us int64
+	err := db.QueryRowContext(ctx, "SELECT "+t.nowUS()).Scan(&us)
+	return us, err
 }
 
 func (t *soakTables) verdict(ctx context.Context, db *sql.DB) (soakVerdict, error) {

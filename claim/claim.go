@@ -90,8 +90,9 @@ type Table struct {
 // Env is what a form gets from the subscription that drives it.
 type Env struct {
 	DB *sql.DB
-	// Stmts runs the statements a form sends on every claim and settlement,
-	// prepared once (the broker's cache; nil makes the form send the text).
+	// Stmts runs the statements the lease form sends on every claim and
+	// settlement, prepared once on SQLite (the broker's cache; nil makes the
+	// form send the text). The Postgres-only forms use pgx's own cache.
 	Stmts   *dialect.Stmts
 	Dialect *dialect.Dialect
 	Table   Table
@@ -101,9 +102,9 @@ type Env struct {
 	Group any
 	// Lease is how long a claim holds a row in the lease form.
 	Lease time.Duration
-	// Rescan is the longest a form that starts its claims past the head of
-	// the table (lease) goes without looking from the start again: the
-	// poll interval.
+	// Rescan is the longest a form that starts its claims at a Mark (lease,
+	// row lock) goes without looking from the start of the table again:
+	// the poll interval.
 	Rescan time.Duration
 	// Conns is the most connections the form may hold at once, claims
 	// included: the pool's size less one.

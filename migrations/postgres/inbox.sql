@@ -9,6 +9,11 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     last_error   text,
     created_at   timestamptz NOT NULL DEFAULT now()
 )
+-- A claim updates locked_until, which no index holds: with half of each page
+-- left free, the update is a heap-only tuple on the same page and no index
+-- gets a new entry (50k rows drained: 90% of claims HOT, against 29% at the
+-- default fillfactor of 100; 200k jobs 2x100: 41-42k -> 47-48k jobs/s).
+WITH (fillfactor = 50)
 -- ;
 -- Serves a claim of one group in id order; a claim of the whole table walks
 -- the primary key.

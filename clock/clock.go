@@ -12,6 +12,7 @@ package clock
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
@@ -87,6 +88,42 @@ func Sleep(ctx context.Context, c Clock, d time.Duration) error {
 		return nil
 	}
 }
+
+// AfterFunc calls f in a goroutine of its own once d has passed on clock c,
+// unless the returned timer is stopped first. The timer's C is nil. On Host
+// (and Database over Host) it is time.AfterFunc, which holds no goroutine
+// while it waits; on another clock a goroutine waits on one of its timers.
+func AfterFunc(c Clock, d time.Duration, f func()) Timer {
+	switch c := OrHost(c).(type) {
+	case Host:
+		return funcTimer{time.AfterFunc(d, f).Stop}
+	case Database:
+		return AfterFunc(c.Clock, d, f)
+	case *Database:
+		return AfterFunc(c.Clock, d, f)
+	default:
+		t := c.NewTimer(d)
+		stop := make(chan struct{})
+		var once sync.Once
+		go func() {
+			select {
+			case <-t.C():
+				f()
+			case <-stop:
+			}
+		}()
+		return funcTimer{func() bool {
+			pending := t.Stop()
+			once.Do(func() { close(stop) })
+			return pending
+		}}
+	}
+}
+
+type funcTimer struct{ stop func() bool }
+
+func (funcTimer) C() <-chan time.Time { return nil }
+func (t funcTimer) Stop() bool        { return t.stop() }
 
 // OrHost returns c, or Host when c is nil: a nil Clock means the default.
 func OrHost(c Clock) Clock {

@@ -60,3 +60,45 @@ func TestInDatabase(t *testing.T) {
 		t.Fatal("Database clock not recognised")
 	}
 }
+
+// TestAfterFunc: on a fake clock the function runs once the clock passes its
+// time and not before, and a stopped one never runs; on the host clock (and
+// the database clock over it) it runs once its time has passed.
+func TestAfterFunc(t *testing.T) {
+	c := clock.NewFake(time.Unix(0, 0))
+	fired := make(chan string, 2)
+	clock.AfterFunc(c, time.Minute, func() { fired <- "minute" })
+	stopped := clock.AfterFunc(c, time.Second, func() { fired <- "stopped" })
+	if !stopped.Stop() {
+		t.Fatal("Stop of a pending fake timer reported it was not pending")
+	}
+	c.Advance(59 * time.Second)
+	select {
+	case f := <-fired:
+		t.Fatalf("%q ran before its time", f)
+	default:
+	}
+	c.Advance(time.Second)
+	if f := <-fired; f != "minute" {
+		t.Fatalf("ran %q, want minute", f)
+	}
+	for _, hc := range []clock.Clock{clock.Host{}, clock.Database{}, &clock.Database{}} {
+		start := time.Now()
+		done := make(chan time.Time, 1)
+		tm := clock.AfterFunc(hc, 5*time.Millisecond, func() { done <- time.Now() })
+		if tm.C() != nil {
+			t.Errorf("%T: an AfterFunc timer has a channel", hc)
+		}
+		if at := <-done; at.Sub(start) < 5*time.Millisecond {
+			t.Errorf("%T: ran after %v, want at least 5ms", hc, at.Sub(start))
+		}
+		if tm.Stop() {
+			t.Errorf("%T: Stop after the run reported the timer pending", hc)
+		}
+	}
+	select {
+	case f := <-fired:
+		t.Fatalf("%q ran after it was stopped", f)
+	default:
+	}
+}

@@ -351,6 +351,12 @@ func (s *Subscription) check(ctx context.Context) error {
 	return nil
 }
 
+// task is one claimed job handed to a worker goroutine.
+type task struct {
+	j  *claim.Job
+	at time.Time // when its claim was sent
+}
+
 type claimResult struct {
 	at    time.Time // on the broker's clock, when the claim was sent
 	asked int
@@ -455,6 +461,23 @@ func (s *Subscription) Run(ctx context.Context) error {
 	)
 	coolTimer.Stop()
 	gatherTimer.Stop()
+	// Worker goroutines are kept: one handles a job, settles it once
+	// another goroutine may take the next job, then waits for a task. A job
+	// goes to a goroutine that waits, or to a new one when none does, so
+	// there are at most about twice as many as workers (handling, and
+	// settling), and no job pays for a goroutine's start and stack growth.
+	tasks := make(chan task) // closed when the loop ends
+	worker := func(t task) {
+		defer handlers.Done()
+		for ok := true; ok; t, ok = <-tasks {
+			h := s.work(handlerCtx, log, t.j, t.at)
+			settleSlots <- struct{}{}
+			done <- struct{}{}
+			s.settleHandling(log, &h)
+			<-settleSlots
+			settled <- struct{}{}
+		}
+	}
 	defer func() { poll.Stop(); coolTimer.Stop(); gatherTimer.Stop(); cancelClaims() }()
 	cool := func() {
 		if wait := wakeCooldown - time.Since(lastShort); wait > 0 {
@@ -517,16 +540,13 @@ func (s *Subscription) Run(ctx context.Context) error {
 					free++
 					continue
 				}
-				handlers.Add(1)
-				go func() {
-					defer handlers.Done()
-					settle := s.work(handlerCtx, log, j, r.at)
-					settleSlots <- struct{}{}
-					done <- struct{}{}
-					settle()
-					<-settleSlots
-					settled <- struct{}{}
-				}()
+				t := task{j: j, at: r.at}
+				select {
+				case tasks <- t: // a worker goroutine waits
+				default:
+					handlers.Add(1)
+					go worker(t)
+				}
 			}
 			switch {
 			case r.err != nil:
@@ -592,6 +612,7 @@ func (s *Subscription) Run(ctx context.Context) error {
 		}
 	}
 
+	close(tasks)
 	// Stopped claiming: let running handlers finish within the timeout.
 	// Nothing counts workers or settlements any more: their signals are
 	// drained, so no handler blocks on a full channel.
@@ -657,124 +678,188 @@ func (s *Subscription) release(log *slog.Logger, j *claim.Job) {
 	}
 }
 
-// work runs the handler on one job and extends its lease while it runs. It
-// returns the job's settlement (ack, retry or park, then the event), which
-// the caller runs once the worker is free for the next job.
-func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job, claimedAt time.Time) (settle func()) {
+// handling is what a worker keeps of one handled job until it is settled.
+type handling struct {
+	j    *claim.Job
+	err  error // the handler's
+	lost bool  // the lease was taken over while the handler ran
+	ev   Event
+}
+
+// work runs the handler on one job, on the calling goroutine, while timers
+// beside it end its context at the timeout and extend its lease. It returns
+// what the settlement needs, which the caller runs once the worker is free
+// for the next job.
+func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job, claimedAt time.Time) handling {
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	ev := Event{Subscription: s.cfg.name, ID: j.ID, Attempt: j.Attempts + 1, Start: s.b.clock.Now(), Outcome: Failed}
+	h := handling{j: j, ev: Event{Subscription: s.cfg.name, ID: j.ID, Attempt: j.Attempts + 1, Start: s.b.clock.Now(), Outcome: Failed}}
 	s.shape.setLease(reflect.ValueOf(j.Value).Elem(), j.Lease)
 
-	// The lease runs from the claim's statement, which was sent at
-	// claimedAt: count from there, not from the handler's start, which a
-	// loaded machine may delay by a good part of the lease. expires is the
-	// earliest the lease can end; the extension is due a third before, and
-	// runs beside the handler. If the lease ends with no extension
-	// confirmed, the handler is told at once (its context ends with
-	// ErrLeaseLost): another claimer may take the row from then on.
-	var ext, expiry clock.Timer
-	var extC, expiryC <-chan time.Time
-	every := s.cfg.lease * 2 / 3
-	expires := claimedAt.Add(s.cfg.lease)
-	leased := !j.Lease.IsZero() && s.cfg.form.Name() == lease.Form.Name()
-	if leased {
-		ext = s.b.clock.NewTimer(max(claimedAt.Add(every).Sub(s.b.clock.Now()), 0))
-		extC = ext.C()
-		expiry = s.b.clock.NewTimer(max(expires.Sub(s.b.clock.Now()), 0))
-		expiryC = expiry.C()
+	w := &watch{s: s, log: log, j: j, cancel: cancel, every: s.cfg.lease * 2 / 3, expires: claimedAt.Add(s.cfg.lease)}
+	w.mu.Lock()
+	if !j.Lease.IsZero() && s.cfg.form.Name() == lease.Form.Name() {
+		// The lease runs from the claim's statement, which was sent at
+		// claimedAt: count from there, not from the handler's start, which
+		// a loaded machine may delay by a good part of the lease.
+		w.armExtension(max(claimedAt.Add(w.every).Sub(s.b.clock.Now()), 0))
+		w.armExpiry(max(w.expires.Sub(s.b.clock.Now()), 0))
 	}
-	type extension struct {
-		sent time.Time
-		err  error
-	}
-	extDone := make(chan extension, 1)
-	extending := false
-
+	w.mu.Unlock()
 	// Timers first, then the handler: a test on a fake clock that sees the
 	// handler start finds its deadline and extension already armed.
-	deadline := s.b.clock.NewTimer(s.cfg.timeout)
-	defer deadline.Stop()
-	timeoutC := deadline.C()
-	result := make(chan error, 1)
-	if j.Err != nil {
-		result <- j.Err // the row cannot be read: a failure, without the handler
-	} else {
-		go func() { result <- s.call(hctx, j) }()
+	deadline := clock.AfterFunc(s.b.clock, s.cfg.timeout, w.timeout)
+	err := j.Err // a row that cannot be read is a failure, without the handler
+	if err == nil {
+		err = s.call(hctx, j)
 	}
-	lost := false
-	loseLease := func(why string, err error) {
-		lost = true
-		extC, expiryC = nil, nil
-		s.stats.lost.Add(1)
-		log.Warn("inbox: "+why+"; the handler is told and its outcome will change nothing", "table", s.table, "id", j.ID, "err", err)
-		cancel(ErrLeaseLost)
-	}
-	var err error
-	handled := false
-	for !handled || extending {
-		select {
-		case err = <-result:
-			handled = true
-			extC, expiryC = nil, nil // no more extensions; one in flight is awaited
-		case <-timeoutC:
-			timeoutC, extC = nil, nil
-			cancel(fmt.Errorf("%w after %v", ErrTimeout, s.cfg.timeout))
-		case <-extC:
-			extC = nil
-			extending = true
-			sent := s.b.clock.Now()
-			go func() {
-				ectx, ecancel := context.WithTimeout(context.Background(), settleTimeout)
-				defer ecancel()
-				extDone <- extension{sent: sent, err: j.Extend(ectx, s.cfg.lease)}
-			}()
-		case x := <-extDone:
-			extending = false
-			switch {
-			case handled || lost:
-				// The handler is done or told: the outcome decides.
-			case errors.Is(x.err, claim.ErrLost):
-				loseLease("lease lost while the handler ran", x.err)
-			case x.err != nil && !s.b.clock.Now().Before(expires):
-				loseLease("lease ran out while its extension failed", x.err)
-			case x.err != nil:
-				log.Warn("inbox: lease extension failed; trying again", "table", s.table, "id", j.ID, "err", x.err)
-				ext = s.b.clock.NewTimer(every / 4)
-				extC = ext.C()
-			default:
-				expires = x.sent.Add(s.cfg.lease)
-				ext = s.b.clock.NewTimer(max(x.sent.Add(every).Sub(s.b.clock.Now()), 0))
-				extC = ext.C()
-				expiry.Stop()
-				expiry = s.b.clock.NewTimer(max(expires.Sub(s.b.clock.Now()), 0))
-				expiryC = expiry.C()
-			}
-		case <-expiryC:
-			expiryC = nil
-			if extending {
-				// The extension's answer decides; a late success re-arms.
-				continue
-			}
-			loseLease("lease ran out with no extension confirmed", nil)
-		}
-	}
-	if ext != nil {
-		ext.Stop()
-	}
-	if expiry != nil {
-		expiry.Stop()
-	}
+	deadline.Stop()
+	h.lost = w.finish()
 	if err != nil && context.Cause(hctx) != nil && errors.Is(context.Cause(hctx), ErrTimeout) {
 		err = fmt.Errorf("%w (the handler returned: %v)", context.Cause(hctx), err)
 	}
-	ev.Err = err
-	return func() {
-		ev.Outcome = s.settle(log, j, err, lost)
-		if s.cfg.observe != nil {
-			ev.End = s.b.clock.Now()
-			s.cfg.observe(ev)
+	h.err, h.ev.Err = err, err
+	return h
+}
+
+// watch keeps a handler's lease while it runs, on timers' callbacks: the
+// extension is due a third of the lease before it ends and runs beside the
+// handler; expiry is the earliest the lease can end. If the lease ends with
+// no extension confirmed, the handler is told at once (its context ends
+// with ErrLeaseLost): another claimer may take the row from then on. At the
+// timeout the handler's context ends with ErrTimeout and the lease is no
+// longer extended.
+type watch struct {
+	s      *Subscription
+	log    *slog.Logger
+	j      *claim.Job
+	cancel context.CancelCauseFunc
+	every  time.Duration
+
+	mu                sync.Mutex
+	expires           time.Time
+	ext, expiry       clock.Timer
+	extGen, expiryGen int // the armed timers; a callback of an older one does nothing
+	handled, timedOut bool
+	lost              bool
+	extending         chan struct{} // closed when the extension in flight ends; nil when none is
+}
+
+// armExtension and armExpiry (re)arm their timer; w.mu is held.
+func (w *watch) armExtension(d time.Duration) {
+	w.extGen++
+	gen := w.extGen
+	w.ext = clock.AfterFunc(w.s.b.clock, d, func() { w.extend(gen) })
+}
+
+func (w *watch) armExpiry(d time.Duration) {
+	if w.expiry != nil {
+		w.expiry.Stop()
+	}
+	w.expiryGen++
+	gen := w.expiryGen
+	w.expiry = clock.AfterFunc(w.s.b.clock, d, func() { w.expire(gen) })
+}
+
+func (w *watch) timeout() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.handled {
+		return
+	}
+	w.timedOut = true
+	if w.ext != nil {
+		w.ext.Stop()
+		w.extGen++
+	}
+	w.cancel(fmt.Errorf("%w after %v", ErrTimeout, w.s.cfg.timeout))
+}
+
+// extend sends the extension and acts on its answer.
+func (w *watch) extend(gen int) {
+	w.mu.Lock()
+	if gen != w.extGen || w.handled || w.lost || w.timedOut {
+		w.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	w.extending = done
+	w.mu.Unlock()
+	sent := w.s.b.clock.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	err := w.j.Extend(ctx, w.s.cfg.lease)
+	cancel()
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.extending = nil
+	defer close(done)
+	switch {
+	case w.handled || w.lost:
+		// The handler is done or told: the outcome decides.
+	case errors.Is(err, claim.ErrLost):
+		w.loseLease("lease lost while the handler ran", err)
+	case err != nil && !w.s.b.clock.Now().Before(w.expires):
+		w.loseLease("lease ran out while its extension failed", err)
+	case err != nil:
+		w.log.Warn("inbox: lease extension failed; trying again", "table", w.s.table, "id", w.j.ID, "err", err)
+		if !w.timedOut {
+			w.armExtension(w.every / 4)
 		}
+	default:
+		w.expires = sent.Add(w.s.cfg.lease)
+		if !w.timedOut {
+			w.armExtension(max(sent.Add(w.every).Sub(w.s.b.clock.Now()), 0))
+		}
+		w.armExpiry(max(w.expires.Sub(w.s.b.clock.Now()), 0))
+	}
+}
+
+func (w *watch) expire(gen int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	// An extension in flight decides by its answer; a late success re-arms.
+	if gen != w.expiryGen || w.handled || w.lost || w.extending != nil {
+		return
+	}
+	w.loseLease("lease ran out with no extension confirmed", nil)
+}
+
+// loseLease tells the handler its lease is gone; w.mu is held.
+func (w *watch) loseLease(why string, err error) {
+	w.lost = true
+	w.s.stats.lost.Add(1)
+	w.log.Warn("inbox: "+why+"; the handler is told and its outcome will change nothing", "table", w.s.table, "id", w.j.ID, "err", err)
+	w.cancel(ErrLeaseLost)
+}
+
+// finish stops the timers once the handler has returned, waits for an
+// extension in flight, and reports whether the lease was lost.
+func (w *watch) finish() (lost bool) {
+	w.mu.Lock()
+	w.handled = true
+	if w.ext != nil {
+		w.ext.Stop()
+	}
+	if w.expiry != nil {
+		w.expiry.Stop()
+	}
+	extending := w.extending
+	w.mu.Unlock()
+	if extending != nil {
+		<-extending
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lost
+}
+
+// settleHandling settles a handled job and reports its event.
+func (s *Subscription) settleHandling(log *slog.Logger, h *handling) {
+	h.ev.Outcome = s.settle(log, h.j, h.err, h.lost)
+	if s.cfg.observe != nil {
+		h.ev.End = s.b.clock.Now()
+		s.cfg.observe(h.ev)
 	}
 }
 

@@ -98,7 +98,7 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 func (c *claimer) take(ctx context.Context, tx *sql.Tx) (*claim.Job, error) {
 	e := &c.env
 	now := e.Clock.Now()
-	rows, err := tx.QueryContext(ctx, c.query, e.Table.Times.Arg(now, 0), 1, e.Group, c.mark.Start(now, e.Rescan))
+	rows, err := tx.QueryContext(ctx, c.query, e.Table.Times.Arg(now, 0), e.Group, c.mark.Start(now, e.Rescan))
 	if err != nil {
 		return nil, fmt.Errorf("claim from %q (rowlock): %w", e.Table.Unquoted, err)
 	}

@@ -169,8 +169,8 @@ func benchThroughput(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("floor=tx loops=%d jobs=%d seconds=%.3f jobs_per_sec=%.0f duplicates=%d lost=%d form_vs_floor=%.2f\n",
-		*txFloor, *jobs, floor.Seconds, floor.JobsPerSec, ftr.Duplicates(), ftr.Lost(), res.JobsPerSec/floor.JobsPerSec)
+	fmt.Printf("floor=tx loops=%d jobs=%d seconds=%.3f jobs_per_sec=%.0f duplicates=%d lost=%d machine_cpu_us_per_job=%.1f form_vs_floor=%.2f\n",
+		*txFloor, *jobs, floor.Seconds, floor.JobsPerSec, ftr.Duplicates(), ftr.Lost(), floor.CPUPerJob(*jobs), res.JobsPerSec/floor.JobsPerSec)
 	return nil
 }
 

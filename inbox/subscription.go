@@ -502,7 +502,7 @@ func (s *Subscription) Run(ctx context.Context) error {
 				break
 			}
 			gathered = false
-			k := free
+			k := min(free, dialect.MaxClaim)
 			if batch > 0 {
 				k = min(k, batch)
 			}

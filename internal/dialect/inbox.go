@@ -21,9 +21,9 @@ type Table struct {
 
 // InboxSQL is every statement the claim forms run on one table.
 type InboxSQL struct {
-	// ClaimLease: $1 the new lease (Times.At), $2 now, $3 limit, $4 group,
-	// $5 the least id to look at (math.MinInt64 for the whole table).
-	// Returns id, locked_until, attempts, Columns...
+	// ClaimLease: $1 the new lease (Times.At), $2 now, $3 limit (at most
+	// MaxClaim), $4 group, $5 the least id to look at (math.MinInt64 for
+	// the whole table). Returns id, locked_until, attempts, Columns...
 	ClaimLease string
 	// SelectAvailable: the first row a row-lock claim may take, in id
 	// order: $1 now, $2 group, $3 the least id to look at. Row lock appends
@@ -82,6 +82,9 @@ type InboxSQL struct {
 	Unpark string
 }
 
+// MaxClaim is the most rows one claim takes.
+const MaxClaim = 1000
+
 // Inbox writes the statements of table t whose locked_until is kept as tm.
 func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 	lu := t.LockedUntil
@@ -126,6 +129,14 @@ func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 		t.ID, t.Name, t.ID, available, group(4), t.ID, limit, d.SkipLocked())
 	var claim string
 	if d.Kind == Postgres {
+		// The limit that locks is written out (MaxClaim) and the claim's
+		// own limit is applied over it: rows are locked as they are pulled,
+		// so no more than $3 are. With a bare LIMIT $3 Postgres costs the
+		// generic plan at a tenth of the table, never picks it, and plans
+		// every claim again (pg_prepared_statements: custom plans only;
+		// 3.6% of the machine's CPU in a 2x100 drain).
+		inner = fmt.Sprintf("SELECT %s FROM (SELECT %s FROM %s WHERE %s >= $5 AND %s%s ORDER BY %s LIMIT %d%s) AS c LIMIT $3",
+			t.ID, t.ID, t.Name, t.ID, available, group(4), t.ID, MaxClaim, d.SkipLocked())
 		claim = fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s = ANY(ARRAY(%s)) RETURNING %s",
 			t.Name, lu, tm.At(1), t.ID, inner, returning)
 	} else {

@@ -1,0 +1,96 @@
+package dialect_test
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/internal/testdb"
+	"github.com/sqlinbox/sqlinbox/migrations"
+)
+
+// The claims Postgres runs most are planned once per connection: after its
+// first few runs a prepared claim settles on the generic plan, whatever
+// limit it is given, instead of being planned again at every run. And the
+// lease claim locks no more rows than its limit.
+func TestClaimsKeepAGenericPlan(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.Open(t, testdb.Postgres(t))
+	if err := migrations.Apply(ctx, db, "plan_jobs"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO plan_jobs (payload) SELECT 'x' FROM generate_series(1, 5000)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "ANALYZE plan_jobs"); err != nil {
+		t.Fatal(err)
+	}
+	d := dialect.Of(dialect.Postgres)
+	q := d.Inbox(dialect.Table{Name: `"plan_jobs"`, ID: `"id"`, LockedUntil: `"locked_until"`, Attempts: `"attempts"`},
+		dialect.Times{Kind: dialect.Postgres, Encoding: dialect.Timestamptz})
+	conn, err := db.Conn(ctx) // prepared statements live on one connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	now := time.Now()
+	for i := range 12 {
+		limit := []int{1, 3, 50, 100}[i%4]
+		rows, err := tx.QueryContext(ctx, q.ClaimLease, now.Add(time.Minute), now, limit, nil, int64(math.MinInt64))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if n != limit {
+			t.Fatalf("claim with limit %d took %d rows", limit, n)
+		}
+		rows, err = tx.QueryContext(ctx, q.SelectAvailable+" FOR UPDATE SKIP LOCKED", now, nil, int64(math.MinInt64))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+	}
+	var locked int
+	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM plan_jobs WHERE locked_until IS NOT NULL").Scan(&locked); err != nil {
+		t.Fatal(err)
+	}
+	if want := 3 * (1 + 3 + 50 + 100); locked != want {
+		t.Errorf("%d rows leased after the claims, want %d", locked, want)
+	}
+	rows, err := tx.QueryContext(ctx, "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE '%SKIP LOCKED%' AND statement NOT LIKE '%pg_prepared_statements%'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	seen := 0
+	for rows.Next() {
+		var stmt string
+		var generic, custom int
+		if err := rows.Scan(&stmt, &generic, &custom); err != nil {
+			t.Fatal(err)
+		}
+		seen++
+		if generic == 0 {
+			t.Errorf("planned at every run (%d custom plans, no generic one): %s", custom, stmt)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if seen != 2 {
+		t.Errorf("%d claim statements prepared on the connection, want 2", seen)
+	}
+}

@@ -109,6 +109,10 @@ type Env struct {
 	// Conns is the most connections the form may hold at once, claims
 	// included: the pool's size less one.
 	Conns int
+	// Writer is the pool's turn at SQLite's one write lock (see
+	// dialect.Writer), shared by every subscription of a broker: a form
+	// holds it across each write it sends on its own. Nil means none.
+	Writer *dialect.Writer
 	// Budget is shared by every subscription of a broker: a form takes a
 	// unit before it takes a pool connection for a claim or a job in work,
 	// and gives it back with the connection, so all subscriptions together

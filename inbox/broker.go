@@ -38,6 +38,7 @@ type Broker struct {
 	maxConn int // the pool's size; 0 when unbounded
 	budget  *claim.Budget
 	stmts   *dialect.Stmts
+	writer  *dialect.Writer
 
 	listener     *notify.Listener
 	stopListener context.CancelFunc
@@ -246,6 +247,7 @@ func newBroker(db *sql.DB, d *dialect.Dialect, cfg brokerConfig) (*Broker, error
 	}
 	b.budget = claim.NewBudget(b.claimConns())
 	b.stmts = dialect.NewStmts(b.db, b.d)
+	b.writer = dialect.NewWriter(b.d)
 	return b, nil
 }
 

@@ -141,7 +141,9 @@ func (a *acker) flush(batch []ackReq) {
 		r.done <- execFenced(ctx, e, "ack", e.SQL.Ack, r.id, r.id, r.fence)
 		return
 	}
+	e.Writer.Lock()
 	deleted, err := a.deleteMany(ctx, batch)
+	e.Writer.Unlock()
 	for _, r := range batch {
 		switch {
 		case err != nil:

@@ -31,7 +31,11 @@ type Claimer interface {
 // Settler settles one claimed row. Exactly one of Ack, Retry, Park or
 // Release is called for each job.
 type Settler interface {
-	// Ack deletes the row.
+	// Ack deletes the row. The form bounds its own statements: the
+	// subscription acks with a context that has no deadline, so that a
+	// job's ack costs no timer (lease and advisory acks run in batches
+	// under a timeout of their own; row lock bounds its statement and
+	// commit).
 	Ack(ctx context.Context) error
 	// Retry makes the row available again after delay, counting an attempt
 	// and keeping lastError where the table has those columns.

@@ -696,24 +696,25 @@ func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job,
 	h := handling{j: j, ev: Event{Subscription: s.cfg.name, ID: j.ID, Attempt: j.Attempts + 1, Start: s.b.clock.Now(), Outcome: Failed}}
 	s.shape.setLease(reflect.ValueOf(j.Value).Elem(), j.Lease)
 
-	w := &watch{s: s, log: log, j: j, cancel: cancel, every: s.cfg.lease * 2 / 3, expires: claimedAt.Add(s.cfg.lease)}
-	w.mu.Lock()
+	now := s.b.clock.Now()
+	w := &watch{s: s, log: log, j: j, cancel: cancel, every: s.cfg.lease * 2 / 3, deadline: now.Add(s.cfg.timeout)}
 	if !j.Lease.IsZero() && s.cfg.form.Name() == lease.Form.Name() {
 		// The lease runs from the claim's statement, which was sent at
 		// claimedAt: count from there, not from the handler's start, which
 		// a loaded machine may delay by a good part of the lease.
-		w.armExtension(max(claimedAt.Add(w.every).Sub(s.b.clock.Now()), 0))
-		w.armExpiry(max(w.expires.Sub(s.b.clock.Now()), 0))
+		w.leased = true
+		w.expires = claimedAt.Add(s.cfg.lease)
+		w.extendAt = claimedAt.Add(w.every)
 	}
+	// The timer first, then the handler: a test on a fake clock that sees
+	// the handler start finds it armed.
+	w.mu.Lock()
+	w.arm(now)
 	w.mu.Unlock()
-	// Timers first, then the handler: a test on a fake clock that sees the
-	// handler start finds its deadline and extension already armed.
-	deadline := clock.AfterFunc(s.b.clock, s.cfg.timeout, w.timeout)
 	err := j.Err // a row that cannot be read is a failure, without the handler
 	if err == nil {
 		err = s.call(hctx, j)
 	}
-	deadline.Stop()
 	h.lost = w.finish()
 	if err != nil && context.Cause(hctx) != nil && errors.Is(context.Cause(hctx), ErrTimeout) {
 		err = fmt.Errorf("%w (the handler returned: %v)", context.Cause(hctx), err)
@@ -722,70 +723,85 @@ func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job,
 	return h
 }
 
-// watch keeps a handler's lease while it runs, on timers' callbacks: the
-// extension is due a third of the lease before it ends and runs beside the
-// handler; expiry is the earliest the lease can end. If the lease ends with
-// no extension confirmed, the handler is told at once (its context ends
-// with ErrLeaseLost): another claimer may take the row from then on. At the
-// timeout the handler's context ends with ErrTimeout and the lease is no
-// longer extended.
+// watch keeps the times of a running handler on one timer, armed for the
+// earliest that is due: the timeout, the lease extension and the lease's
+// end. The extension is due a third of the lease before it ends and runs
+// beside the handler. If the lease ends with no extension confirmed, the
+// handler is told at once (its context ends with ErrLeaseLost): another
+// claimer may take the row from then on. At the timeout the handler's
+// context ends with ErrTimeout and the lease is no longer extended. One
+// timer a job, not one per time: a timer's start and stop take the
+// runtime's timer lock, and most handlers return long before any is due.
 type watch struct {
 	s      *Subscription
 	log    *slog.Logger
 	j      *claim.Job
 	cancel context.CancelCauseFunc
 	every  time.Duration
+	leased bool // the lease form: the lease is extended and can run out
 
-	mu                sync.Mutex
-	expires           time.Time
-	ext, expiry       clock.Timer
-	extGen, expiryGen int // the armed timers; a callback of an older one does nothing
-	handled, timedOut bool
-	lost              bool
-	extending         chan struct{} // closed when the extension in flight ends; nil when none is
+	mu        sync.Mutex
+	deadline  time.Time // zero once passed
+	extendAt  time.Time // zero while an extension is in flight or none is due
+	expires   time.Time // the earliest the lease can end
+	timer     clock.Timer
+	gen       int // the armed timer; a callback of an older one does nothing
+	handled   bool
+	lost      bool
+	extending chan struct{} // closed when the extension in flight ends; nil when none is
 }
 
-// armExtension and armExpiry (re)arm their timer; w.mu is held.
-func (w *watch) armExtension(d time.Duration) {
-	w.extGen++
-	gen := w.extGen
-	w.ext = clock.AfterFunc(w.s.b.clock, d, func() { w.extend(gen) })
-}
-
-func (w *watch) armExpiry(d time.Duration) {
-	if w.expiry != nil {
-		w.expiry.Stop()
+// arm sets the timer for the earliest time due; w.mu is held.
+func (w *watch) arm(now time.Time) {
+	next := w.deadline
+	if w.leased && !w.lost {
+		for _, t := range []time.Time{w.extendAt, w.expires} {
+			if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+				next = t
+			}
+		}
 	}
-	w.expiryGen++
-	gen := w.expiryGen
-	w.expiry = clock.AfterFunc(w.s.b.clock, d, func() { w.expire(gen) })
-}
-
-func (w *watch) timeout() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.handled {
+	if w.timer != nil {
+		w.timer.Stop()
+		w.timer = nil
+	}
+	w.gen++
+	if next.IsZero() {
 		return
 	}
-	w.timedOut = true
-	if w.ext != nil {
-		w.ext.Stop()
-		w.extGen++
+	gen := w.gen
+	w.timer = clock.AfterFunc(w.s.b.clock, max(next.Sub(now), 0), func() { w.fire(gen) })
+}
+
+// fire acts on every time that is due, then arms the timer for the next.
+func (w *watch) fire(gen int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if gen != w.gen || w.handled {
+		return
 	}
-	w.cancel(fmt.Errorf("%w after %v", ErrTimeout, w.s.cfg.timeout))
+	now := w.s.b.clock.Now()
+	if !w.deadline.IsZero() && !now.Before(w.deadline) {
+		w.deadline = time.Time{}
+		w.extendAt = time.Time{} // no more extensions; one in flight is awaited
+		w.cancel(fmt.Errorf("%w after %v", ErrTimeout, w.s.cfg.timeout))
+	}
+	if w.leased && !w.lost && w.extending == nil && !now.Before(w.expires) {
+		// An extension in flight decides by its answer; a late success re-arms.
+		w.loseLease("lease ran out with no extension confirmed", nil)
+	}
+	if w.leased && !w.lost && !w.extendAt.IsZero() && !now.Before(w.extendAt) {
+		w.extendAt = time.Time{}
+		done := make(chan struct{})
+		w.extending = done
+		go w.extend(now, done)
+	}
+	w.arm(now)
 }
 
 // extend sends the extension and acts on its answer.
-func (w *watch) extend(gen int) {
-	w.mu.Lock()
-	if gen != w.extGen || w.handled || w.lost || w.timedOut {
-		w.mu.Unlock()
-		return
-	}
-	done := make(chan struct{})
-	w.extending = done
-	w.mu.Unlock()
-	sent := w.s.b.clock.Now()
+func (w *watch) extend(sent time.Time, done chan struct{}) {
+	defer close(done)
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	err := w.j.Extend(ctx, w.s.cfg.lease)
 	cancel()
@@ -793,36 +809,27 @@ func (w *watch) extend(gen int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.extending = nil
-	defer close(done)
+	timedOut := w.deadline.IsZero()
+	now := w.s.b.clock.Now()
 	switch {
 	case w.handled || w.lost:
-		// The handler is done or told: the outcome decides.
+		return // the handler is done or told: the outcome decides
 	case errors.Is(err, claim.ErrLost):
 		w.loseLease("lease lost while the handler ran", err)
-	case err != nil && !w.s.b.clock.Now().Before(w.expires):
+	case err != nil && !now.Before(w.expires):
 		w.loseLease("lease ran out while its extension failed", err)
 	case err != nil:
 		w.log.Warn("inbox: lease extension failed; trying again", "table", w.s.table, "id", w.j.ID, "err", err)
-		if !w.timedOut {
-			w.armExtension(w.every / 4)
+		if !timedOut {
+			w.extendAt = now.Add(w.every / 4)
 		}
 	default:
 		w.expires = sent.Add(w.s.cfg.lease)
-		if !w.timedOut {
-			w.armExtension(max(sent.Add(w.every).Sub(w.s.b.clock.Now()), 0))
+		if !timedOut {
+			w.extendAt = sent.Add(w.every)
 		}
-		w.armExpiry(max(w.expires.Sub(w.s.b.clock.Now()), 0))
 	}
-}
-
-func (w *watch) expire(gen int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	// An extension in flight decides by its answer; a late success re-arms.
-	if gen != w.expiryGen || w.handled || w.lost || w.extending != nil {
-		return
-	}
-	w.loseLease("lease ran out with no extension confirmed", nil)
+	w.arm(now)
 }
 
 // loseLease tells the handler its lease is gone; w.mu is held.
@@ -833,16 +840,13 @@ func (w *watch) loseLease(why string, err error) {
 	w.cancel(ErrLeaseLost)
 }
 
-// finish stops the timers once the handler has returned, waits for an
+// finish stops the timer once the handler has returned, waits for an
 // extension in flight, and reports whether the lease was lost.
 func (w *watch) finish() (lost bool) {
 	w.mu.Lock()
 	w.handled = true
-	if w.ext != nil {
-		w.ext.Stop()
-	}
-	if w.expiry != nil {
-		w.expiry.Stop()
+	if w.timer != nil {
+		w.timer.Stop()
 	}
 	extending := w.extending
 	w.mu.Unlock()
@@ -872,15 +876,16 @@ func (s *Subscription) settle(log *slog.Logger, j *claim.Job, err error, lost bo
 		}
 		return Lost
 	}
-	sctx, scancel := context.WithTimeout(context.Background(), settleTimeout)
-	defer scancel()
 	if err == nil {
-		if serr := j.Ack(sctx); serr != nil {
+		// Every form bounds its own ack (claim.Settler): no timer a job here.
+		if serr := j.Ack(context.Background()); serr != nil {
 			return s.settleFailed(log, j, "ack", serr)
 		}
 		s.stats.acked.Add(1)
 		return Acked
 	}
+	sctx, scancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer scancel()
 	failures := j.Attempts + 1
 	delay := s.cfg.backoff(failures)
 	var re *retryError

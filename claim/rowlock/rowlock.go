@@ -24,6 +24,10 @@ import (
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
 
+// settleTimeout bounds the statement that settles a row (database/sql's
+// Commit after it takes no context).
+const settleTimeout = 30 * time.Second
+
 // Form is the row-lock form.
 var Form claim.Form = form{}
 
@@ -172,6 +176,8 @@ func (h *hold) settle(ctx context.Context, what, query string, args ...any) erro
 		h.end(false)
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
 	res, err := h.tx.ExecContext(ctx, query, args...)
 	if err == nil {
 		if n, rerr := res.RowsAffected(); rerr == nil && n == 0 {

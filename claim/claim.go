@@ -51,6 +51,15 @@ type Settler interface {
 	Extend(ctx context.Context, lease time.Duration) error
 }
 
+// AsyncAcker is a Settler that acks without the caller waiting: AckAsync
+// queues the ack and returns, and done is called once with what Ack would
+// have returned, on a goroutine of the form's own, which done must not
+// hold up. A form that batches its acks implements it, so no goroutine
+// waits a statement per job.
+type AsyncAcker interface {
+	AckAsync(done func(error))
+}
+
 // Forgetter is a Settler told that its job will never be settled: its
 // lease was lost while the handler ran, and the row is someone else's now.
 type Forgetter interface {

@@ -55,3 +55,53 @@ func TestStopWithSettlementsPending(t *testing.T) {
 		t.Fatalf("%d rows acked, want 2", n)
 	}
 }
+
+// A stop waits for an ack the lease form is still sending, which runs on
+// the form's own goroutine once the worker is free: Run returns only once
+// the ack is answered and observed.
+func TestStopWaitsForAckInFlight(t *testing.T) {
+	b, first, blocker := twoRowsAndABlocker(t)
+	if _, err := b.DB().Exec("DELETE FROM jobs WHERE id <> $1", first); err != nil {
+		t.Fatal(err)
+	}
+	handled := make(chan struct{})
+	ev := inboxtest.NewEvents(t)
+	sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(ctx context.Context, j Job) error {
+		// The row lock this takes holds the ack's delete until the commit.
+		var id int64
+		err := blocker.QueryRowContext(ctx, "SELECT id FROM jobs WHERE id = $1 FOR UPDATE", j.ID).Scan(&id)
+		close(handled)
+		return err
+	}, inbox.Workers(1), ev.Observe())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- sub.Run(rctx) }()
+	<-handled
+	cancel()
+	// The ack's delete waits on the lock: Run must wait with it.
+	select {
+	case err := <-runDone:
+		t.Fatalf("Run returned (%v) while the ack was still held by a row lock", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := blocker.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-runDone:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return within 30s of the ack's lock being let go")
+	}
+	if n := inboxtest.Count(ev.All(), inbox.Acked); n != 1 {
+		t.Fatalf("%d acks observed by the time Run returned, want 1", n)
+	}
+	if n := rows(t, b.DB()); n != 0 {
+		t.Fatalf("%d rows left after the ack", n)
+	}
+}

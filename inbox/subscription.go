@@ -114,8 +114,10 @@ type Event struct {
 }
 
 // Observe calls f after each row is settled, from the worker that handled
-// it: for metrics, and for tests that wait on handlings instead of on time.
-// f must be quick and safe for concurrent use.
+// it or, for an ack a form sends in a batch (lease), from the goroutine
+// that sent the batch: for metrics, and for tests that wait on handlings
+// instead of on time. f must be quick and safe for concurrent use: a slow
+// f holds up the acks that follow.
 func Observe(f func(Event)) SubOption {
 	return func(c *subConfig) error { c.observe = f; return nil }
 }
@@ -426,15 +428,17 @@ func (s *Subscription) Run(ctx context.Context) error {
 		failures = 0
 		lastErr  string
 		results  = make(chan claimResult, s.cfg.workers+1)
-		done     = make(chan struct{}, s.cfg.workers)
 		// A worker is free once its handler returns; the row's settlement
 		// (the ack, mostly) goes on beside the next handler, at most one a
 		// worker at a time, so no worker waits on a commit.
 		settling    = 0
-		settled     = make(chan struct{}, s.cfg.workers)
 		settleSlots = make(chan struct{}, s.cfg.workers)
-		poll        = b.clock.NewTimer(b.poll)
-		stopping    = false
+		// Workers count what they freed and settled, and kick the loop;
+		// kicks that come while the loop is busy fold into one.
+		freed, settled atomic.Int64
+		kick           = make(chan struct{}, 1)
+		poll           = b.clock.NewTimer(b.poll)
+		stopping       = false
 		// Claims outlive ctx so that rows a claim took at the stop are
 		// known and given back; they are cut ShutdownTimeout after it.
 		claimCtx, cancelClaims = context.WithCancel(context.WithoutCancel(ctx))
@@ -467,15 +471,33 @@ func (s *Subscription) Run(ctx context.Context) error {
 	// there are at most about twice as many as workers (handling, and
 	// settling), and no job pays for a goroutine's start and stack growth.
 	tasks := make(chan task) // closed when the loop ends
+	// A settlement ends here, on the worker after its freeing, or on the
+	// form's own goroutine for an ack the form sends without a waiter.
+	var acking sync.WaitGroup // acks sent without a waiter, not yet answered
+	endSettlement := func() {
+		<-settleSlots
+		settled.Add(1)
+		poke(kick)
+	}
 	worker := func(t task) {
 		defer handlers.Done()
 		for ok := true; ok; t, ok = <-tasks {
 			h := s.work(handlerCtx, log, t.j, t.at)
 			settleSlots <- struct{}{}
-			done <- struct{}{}
+			freed.Add(1)
+			poke(kick)
+			if a, ok := h.j.Settler.(claim.AsyncAcker); ok && h.err == nil && !h.lost {
+				acking.Add(1)
+				hp := &h
+				a.AckAsync(func(err error) {
+					s.reportAck(log, hp, err)
+					endSettlement()
+					acking.Done()
+				})
+				continue
+			}
 			s.settleHandling(log, &h)
-			<-settleSlots
-			settled <- struct{}{}
+			endSettlement()
 		}
 	}
 	defer func() { poll.Stop(); coolTimer.Stop(); gatherTimer.Stop(); cancelClaims() }()
@@ -484,6 +506,17 @@ func (s *Subscription) Run(ctx context.Context) error {
 			cooling = true
 			coolTimer.Reset(wait)
 		}
+	}
+	var cut *time.Timer // cuts the claims ShutdownTimeout after the stop
+	defer func() {
+		if cut != nil {
+			cut.Stop()
+		}
+	}()
+	stop := func() {
+		stopping = true
+		ctxDone = nil
+		cut = time.AfterFunc(s.cfg.shutdown, cancelClaims)
 	}
 	rearm := func(d time.Duration) {
 		poll.Stop()
@@ -531,6 +564,11 @@ func (s *Subscription) Run(ctx context.Context) error {
 		s.setIdle(idle && !stopping && inflight == 0 && free == s.cfg.workers && settling == 0, pollAt, waiter.C())
 		select {
 		case r := <-results:
+			if !stopping && ctx.Err() != nil {
+				// The stop and this claim came together: the stop wins, and
+				// the rows are given back unstarted.
+				stop()
+			}
 			inflight--
 			free += r.asked - len(r.jobs)
 			s.stats.claimed.Add(int64(len(r.jobs)))
@@ -583,11 +621,12 @@ func (s *Subscription) Run(ctx context.Context) error {
 					failures, lastErr = 0, ""
 				}
 			}
-		case <-done:
-			free++
-			settling++
-		case <-settled:
-			settling--
+		case <-kick:
+			// Settled first: a settlement counted has its freeing counted too.
+			n := settled.Swap(0)
+			m := freed.Swap(0)
+			free += int(m)
+			settling += int(m - n)
 		case <-waiter.C():
 			wakeGen++
 			if failures == 0 && idle {
@@ -605,29 +644,15 @@ func (s *Subscription) Run(ctx context.Context) error {
 			wakeGen++
 			idle = false
 		case <-ctxDone:
-			stopping = true
-			ctxDone = nil
-			cut := time.AfterFunc(s.cfg.shutdown, cancelClaims)
-			defer cut.Stop()
+			stop()
 		}
 	}
 
 	close(tasks)
 	// Stopped claiming: let running handlers finish within the timeout.
-	// Nothing counts workers or settlements any more: their signals are
-	// drained, so no handler blocks on a full channel.
+	// Nothing reads the kicks any more; a worker's kick never blocks.
 	finished := make(chan struct{})
-	go func() { handlers.Wait(); close(finished) }()
-	go func() {
-		for {
-			select {
-			case <-done:
-			case <-settled:
-			case <-finished:
-				return
-			}
-		}
-	}()
+	go func() { handlers.Wait(); acking.Wait(); close(finished) }()
 	deadline := b.clock.NewTimer(s.cfg.shutdown)
 	defer deadline.Stop()
 	select {
@@ -647,6 +672,14 @@ func (s *Subscription) Run(ctx context.Context) error {
 		log.Error("inbox: handlers ignore their cancelled context; Run returns without them", "timeout", s.cfg.shutdown)
 	}
 	return nil
+}
+
+// poke sends on a channel of capacity one unless a send is pending already.
+func poke(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }
 
 // listenWait bounds how long a subscription waits for its notifications
@@ -709,7 +742,7 @@ func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job,
 	// The timer first, then the handler: a test on a fake clock that sees
 	// the handler start finds it armed.
 	w.mu.Lock()
-	w.arm(now)
+	w.arm()
 	w.mu.Unlock()
 	err := j.Err // a row that cannot be read is a failure, without the handler
 	if err == nil {
@@ -752,7 +785,7 @@ type watch struct {
 }
 
 // arm sets the timer for the earliest time due; w.mu is held.
-func (w *watch) arm(now time.Time) {
+func (w *watch) arm() {
 	next := w.deadline
 	if w.leased && !w.lost {
 		for _, t := range []time.Time{w.extendAt, w.expires} {
@@ -770,7 +803,9 @@ func (w *watch) arm(now time.Time) {
 		return
 	}
 	gen := w.gen
-	w.timer = clock.AfterFunc(w.s.b.clock, max(next.Sub(now), 0), func() { w.fire(gen) })
+	// The clock is read again: now may be old by a statement, and a fake
+	// clock may have moved meanwhile.
+	w.timer = clock.AfterFunc(w.s.b.clock, max(next.Sub(w.s.b.clock.Now()), 0), func() { w.fire(gen) })
 }
 
 // fire acts on every time that is due, then arms the timer for the next.
@@ -796,7 +831,7 @@ func (w *watch) fire(gen int) {
 		w.extending = done
 		go w.extend(now, done)
 	}
-	w.arm(now)
+	w.arm()
 }
 
 // extend sends the extension and acts on its answer.
@@ -829,7 +864,7 @@ func (w *watch) extend(sent time.Time, done chan struct{}) {
 			w.extendAt = sent.Add(w.every)
 		}
 	}
-	w.arm(now)
+	w.arm()
 }
 
 // loseLease tells the handler its lease is gone; w.mu is held.
@@ -861,6 +896,20 @@ func (w *watch) finish() (lost bool) {
 // settleHandling settles a handled job and reports its event.
 func (s *Subscription) settleHandling(log *slog.Logger, h *handling) {
 	h.ev.Outcome = s.settle(log, h.j, h.err, h.lost)
+	if s.cfg.observe != nil {
+		h.ev.End = s.b.clock.Now()
+		s.cfg.observe(h.ev)
+	}
+}
+
+// reportAck counts and reports an ack the form answered on its own.
+func (s *Subscription) reportAck(log *slog.Logger, h *handling, err error) {
+	h.ev.Outcome = Acked
+	if err != nil {
+		h.ev.Outcome = s.settleFailed(log, h.j, "ack", err)
+	} else {
+		s.stats.acked.Add(1)
+	}
 	if s.cfg.observe != nil {
 		h.ev.End = s.b.clock.Now()
 		s.cfg.observe(h.ev)

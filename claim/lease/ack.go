@@ -71,11 +71,22 @@ func (a *acker) poke() {
 type ackReq struct {
 	id    int64
 	fence any
-	done  chan error
+	done  func(error) // called once with the ack's result, from run
 }
 
 func (a *acker) ack(ctx context.Context, id int64, fence any) error {
-	req := ackReq{id: id, fence: fence, done: make(chan error, 1)}
+	res := make(chan error, 1)
+	a.queue(ackReq{id: id, fence: fence, done: func(err error) { res <- err }})
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("ack row %d of %q: %w", id, a.c.env.Table.Unquoted, ctx.Err())
+	}
+}
+
+// queue adds an ack to the next statement.
+func (a *acker) queue(req ackReq) {
 	a.mu.Lock()
 	if len(a.pending) == 0 {
 		a.first = time.Now()
@@ -88,12 +99,6 @@ func (a *acker) ack(ctx context.Context, id int64, fence any) error {
 	}
 	a.mu.Unlock()
 	a.poke()
-	select {
-	case err := <-req.done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("ack row %d of %q: %w", id, a.c.env.Table.Unquoted, ctx.Err())
-	}
 }
 
 // run sends batches until none is queued, then ends: no goroutine is left
@@ -138,7 +143,7 @@ func (a *acker) flush(batch []ackReq) {
 	defer cancel()
 	if len(batch) == 1 {
 		r := batch[0]
-		r.done <- execFenced(ctx, e, "ack", e.SQL.Ack, r.id, r.id, r.fence)
+		r.done(execFenced(ctx, e, "ack", e.SQL.Ack, r.id, r.id, r.fence))
 		return
 	}
 	e.Writer.Lock()
@@ -147,11 +152,11 @@ func (a *acker) flush(batch []ackReq) {
 	for _, r := range batch {
 		switch {
 		case err != nil:
-			r.done <- fmt.Errorf("ack row %d of %q: %w", r.id, e.Table.Unquoted, err)
+			r.done(fmt.Errorf("ack row %d of %q: %w", r.id, e.Table.Unquoted, err))
 		case deleted[r.id]:
-			r.done <- nil
+			r.done(nil)
 		default:
-			r.done <- fmt.Errorf("ack row %d of %q: %w", r.id, e.Table.Unquoted, claim.ErrLost)
+			r.done(fmt.Errorf("ack row %d of %q: %w", r.id, e.Table.Unquoted, claim.ErrLost))
 		}
 	}
 }

@@ -112,6 +112,12 @@ func (s *settler) Ack(ctx context.Context) error {
 	return s.c.acks.ack(ctx, s.id, s.fence)
 }
 
+// AckAsync queues the ack and returns; done gets its result once its
+// statement has run (see claim.AsyncAcker).
+func (s *settler) AckAsync(done func(error)) {
+	s.c.acks.queue(ackReq{id: s.id, fence: s.fence, done: done})
+}
+
 func (s *settler) Retry(ctx context.Context, delay time.Duration, lastError string) error {
 	defer s.c.acks.settled()
 	e := &s.c.env

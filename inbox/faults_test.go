@@ -247,7 +247,10 @@ func TestDatabaseUnreachableAtStartAndMidRun(t *testing.T) {
 	ev := inboxtest.NewEvents(t)
 	svc := inbox.NewService("faults", "test", b)
 	svc.Signals = false
-	if _, err := inbox.Handle(svc, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil }, ev.Observe()); err != nil {
+	// A claim the server ran just as its connection was cut took its row
+	// with it: the row comes back when its lease runs out, so the lease is
+	// short enough for the waits below.
+	if _, err := inbox.Handle(svc, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil }, ev.Observe(), inbox.Lease(2*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

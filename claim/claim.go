@@ -18,9 +18,10 @@ import (
 
 // Claimer takes rows for free workers.
 type Claimer interface {
-	// Claim takes up to max available rows, each held by this claimer until
-	// its Job is settled. Fewer than max means the table had no more to give
-	// right now.
+	// Claim takes up to max available rows (max is at most
+	// dialect.MaxClaim), each held by this claimer until its Job is
+	// settled. Fewer than max means the table had no more to give right
+	// now.
 	Claim(ctx context.Context, max int) ([]*Job, error)
 	// Batch is the most rows one claim takes; zero means no limit.
 	Batch() int
@@ -34,8 +35,8 @@ type Settler interface {
 	// Ack deletes the row. The form bounds its own statements: the
 	// subscription acks with a context that has no deadline, so that a
 	// job's ack costs no timer (lease and advisory acks run in batches
-	// under a timeout of their own; row lock bounds its statement and
-	// commit).
+	// under a timeout of their own; row lock bounds its delete, and its
+	// commit, which database/sql gives no context, waits on the server).
 	Ack(ctx context.Context) error
 	// Retry makes the row available again after delay, counting an attempt
 	// and keeping lastError where the table has those columns.
@@ -122,7 +123,7 @@ type Env struct {
 	// Conns is the most connections the form may hold at once, claims
 	// included: the pool's size less one.
 	Conns int
-	// Writer is the pool's turn at SQLite's one write lock (see
+	// Writer is the broker's turn at SQLite's one write lock (see
 	// dialect.Writer), shared by every subscription of a broker: a form
 	// holds it across each write it sends on its own. Nil means none.
 	Writer *dialect.Writer

@@ -102,3 +102,27 @@ func TestAfterFunc(t *testing.T) {
 	default:
 	}
 }
+
+// TestFakeWaitNext returns once the earliest pending timer is due at the
+// time asked, and fails with what is pending when its context ends first.
+func TestFakeWaitNext(t *testing.T) {
+	start := time.Unix(0, 0)
+	c := clock.NewFake(start)
+	armed := make(chan struct{})
+	go func() {
+		c.NewTimer(time.Minute)
+		c.NewTimer(time.Second)
+		close(armed)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.WaitNext(ctx, start.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	<-armed
+	short, cancelShort := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancelShort()
+	if err := c.WaitNext(short, start.Add(time.Minute)); err == nil {
+		t.Fatal("WaitNext for the later timer returned while an earlier one is pending")
+	}
+}

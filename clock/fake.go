@@ -2,6 +2,7 @@ package clock
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -90,6 +91,35 @@ func (f *Fake) Next() (time.Time, bool) {
 	}
 	sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
 	return at[0], true
+}
+
+// WaitNext blocks until the earliest pending timer is due at at, or ctx is
+// done: the code under test has armed its next timer for that time.
+func (f *Fake) WaitNext(ctx context.Context, at time.Time) error {
+	for {
+		f.mu.Lock()
+		due := false
+		for _, t := range f.timers {
+			if t.at.Before(at) {
+				due = false
+				break
+			}
+			if t.at.Equal(at) {
+				due = true
+			}
+		}
+		ch := f.changed
+		f.mu.Unlock()
+		if due {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			next, ok := f.Next()
+			return fmt.Errorf("the next timer is due at %v (any pending: %v), not %v: %w", next, ok, at, ctx.Err())
+		case <-ch:
+		}
+	}
 }
 
 // WaitTimers blocks until at least n timers are pending, or ctx is done.

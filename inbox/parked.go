@@ -48,7 +48,11 @@ func Unpark[T any](ctx context.Context, b *Broker, q Queue[T], ids ...int64) (in
 	if err != nil {
 		return 0, err
 	}
+	if err := b.writer.Lock(ctx); err != nil {
+		return 0, fmt.Errorf("inbox: unpark rows of %q: waiting for the turn to write: %w", q.table, err)
+	}
 	res, err := b.db.ExecContext(ctx, stmts.Unpark, t.Times.Encode(dialect.Never), b.d.ListArg(ids), groupArg(q))
+	b.writer.Unlock()
 	if err != nil {
 		return 0, fmt.Errorf("inbox: unpark rows of %q: %w", q.table, err)
 	}

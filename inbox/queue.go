@@ -89,7 +89,10 @@ func Delay(d time.Duration) PublishOption {
 // or now plus Delay; attempts, last_error and created_at take their defaults.
 // It returns the new row's id.
 func Publish[T any](ctx context.Context, b *Broker, q Queue[T], row T, opts ...PublishOption) (int64, error) {
-	b.writer.Lock() // a statement of its own: it takes the pool's turn to write on SQLite
+	// A statement of its own: it takes the broker's turn to write on SQLite.
+	if err := b.writer.Lock(ctx); err != nil {
+		return 0, fmt.Errorf("inbox: publish to %q: waiting for the turn to write: %w", q.table, err)
+	}
 	id, err := publish(ctx, b, b.db, q, row, opts, func(query string, args ...any) *sql.Row {
 		return b.db.QueryRowContext(ctx, query, args...)
 	})

@@ -113,11 +113,13 @@ type Event struct {
 	Err          error // the handler's error, nil when it succeeded
 }
 
-// Observe calls f after each row is settled, from the worker that handled
-// it or, for an ack a form sends in a batch (lease), from the goroutine
-// that sent the batch: for metrics, and for tests that wait on handlings
-// instead of on time. f must be quick and safe for concurrent use: a slow
-// f holds up the acks that follow.
+// Observe calls f after each row is settled: for metrics, and for tests
+// that wait on handlings instead of on time. It is called from the worker
+// that handled the row, or, for a lease ack, from the goroutine that sent
+// the ack's statement, or, for a row given back at a stop, from Run. f must
+// be quick and safe for concurrent use: a slow f holds up the acks that
+// follow. It must not wait on the subscription itself (WaitIdle, say): the
+// subscription is not idle until f has returned.
 func Observe(f func(Event)) SubOption {
 	return func(c *subConfig) error { c.observe = f; return nil }
 }
@@ -125,7 +127,8 @@ func Observe(f func(Event)) SubOption {
 // Workers sets how many handlers run at once in this subscription on this
 // instance. Default 1; at least 1. A worker takes its next row once its
 // handler returns; the row's ack, retry or park goes on beside it (at most
-// one per worker at a time), and Observe sees the outcome once it is settled.
+// n settlements of the subscription in flight at once), and Observe sees
+// the outcome once it is settled.
 func Workers(n int) SubOption {
 	return func(c *subConfig) error {
 		if n < 1 {
@@ -429,8 +432,8 @@ func (s *Subscription) Run(ctx context.Context) error {
 		lastErr  string
 		results  = make(chan claimResult, s.cfg.workers+1)
 		// A worker is free once its handler returns; the row's settlement
-		// (the ack, mostly) goes on beside the next handler, at most one a
-		// worker at a time, so no worker waits on a commit.
+		// (the ack, mostly) goes on beside the next handler, at most as many
+		// in flight as there are workers, so no worker waits on a commit.
 		settling    = 0
 		settleSlots = make(chan struct{}, s.cfg.workers)
 		// Workers count what they freed and settled, and kick the loop;
@@ -759,9 +762,11 @@ func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job,
 // watch keeps the times of a running handler on one timer, armed for the
 // earliest that is due: the timeout, the lease extension and the lease's
 // end. The extension is due a third of the lease before it ends and runs
-// beside the handler. If the lease ends with no extension confirmed, the
-// handler is told at once (its context ends with ErrLeaseLost): another
-// claimer may take the row from then on. At the timeout the handler's
+// beside the handler. If the lease ends with no extension confirmed (none
+// sent, failed, or still in flight), the handler is told at once (its
+// context ends with ErrLeaseLost): another claimer may take the row from
+// then on. Once the lease is lost its end is not a time due any more, so
+// the timer never fires for a time already past. At the timeout the handler's
 // context ends with ErrTimeout and the lease is no longer extended. One
 // timer a job, not one per time: a timer's start and stop take the
 // runtime's timer lock, and most handlers return long before any is due.
@@ -821,8 +826,11 @@ func (w *watch) fire(gen int) {
 		w.extendAt = time.Time{} // no more extensions; one in flight is awaited
 		w.cancel(fmt.Errorf("%w after %v", ErrTimeout, w.s.cfg.timeout))
 	}
-	if w.leased && !w.lost && w.extending == nil && !now.Before(w.expires) {
-		// An extension in flight decides by its answer; a late success re-arms.
+	if w.leased && !w.lost && !now.Before(w.expires) {
+		// Even with an extension in flight: from now on another claimer may
+		// take the row, so the handler is told now, not when the extension
+		// answers (up to settleTimeout later). A late success changes
+		// nothing: the row comes back when the extended lease runs out.
 		w.loseLease("lease ran out with no extension confirmed", nil)
 	}
 	if w.leased && !w.lost && !w.extendAt.IsZero() && !now.Before(w.extendAt) {

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,6 +28,15 @@ func (s extendStub) Extend(_ context.Context, lease time.Duration) error {
 // the handler's causes, the release of the handler, and work's result.
 func watched(t *testing.T, clk *clock.Fake, opts ...SubOption) (extends chan time.Duration, causes chan error, release chan struct{}, result chan handling) {
 	t.Helper()
+	extends = make(chan time.Duration, 8)
+	causes, release, result = watchedWith(t, clk, clk, extendStub{calls: extends}, opts...)
+	return extends, causes, release, result
+}
+
+// watchedWith is watched with the broker's clock (clk, over the fake) and
+// the job's settler given.
+func watchedWith(t *testing.T, clk clock.Clock, fake *clock.Fake, settler claim.Settler, opts ...SubOption) (causes chan error, release chan struct{}, result chan handling) {
+	t.Helper()
 	b, err := Open(testdb.SQLite(t), WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
@@ -42,31 +52,25 @@ func watched(t *testing.T, clk *clock.Fake, opts ...SubOption) (extends chan tim
 	if err != nil {
 		t.Fatal(err)
 	}
-	extends, result = make(chan time.Duration, 8), make(chan handling, 1)
-	j := &claim.Job{ID: 7, Lease: clk.Now().Add(s.cfg.lease), Value: &row{}, Settler: extendStub{calls: extends}}
-	go func() { result <- s.work(context.Background(), b.log, j, clk.Now()) }()
+	result = make(chan handling, 1)
+	j := &claim.Job{ID: 7, Lease: fake.Now().Add(s.cfg.lease), Value: &row{}, Settler: settler}
+	go func() { result <- s.work(context.Background(), b.log, j, fake.Now()) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := clk.WaitTimers(ctx, 1); err != nil { // the handling's one timer
+	if err := fake.WaitTimers(ctx, 1); err != nil { // the handling's one timer
 		t.Fatal(err)
 	}
-	return extends, causes, release, result
+	return causes, release, result
 }
 
 // waitNext waits until the fake clock's earliest timer is due at at: the
 // handling has armed its timer for that time.
 func waitNext(t *testing.T, clk *clock.Fake, at time.Time, what string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		next, ok := clk.Next()
-		if ok && next.Equal(at) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: the next timer is due at %v (armed: %v), want %v", what, next, ok, at)
-		}
-		time.Sleep(time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := clk.WaitNext(ctx, at); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
 }
 
@@ -125,5 +129,63 @@ func TestTimeoutEndsExtensions(t *testing.T) {
 	h := <-result
 	if !errors.Is(h.err, ErrTimeout) || h.lost {
 		t.Fatalf("handling ended with err %v, lost %v; want ErrTimeout, not lost", h.err, h.lost)
+	}
+}
+
+// countingClock counts the timers made on a fake clock.
+type countingClock struct {
+	*clock.Fake
+	n atomic.Int64
+}
+
+func (c *countingClock) NewTimer(d time.Duration) clock.Timer {
+	c.n.Add(1)
+	return c.Fake.NewTimer(d)
+}
+
+// stalledExtend is a settler whose extension hangs until released, then
+// succeeds.
+type stalledExtend struct {
+	claim.Settler
+	started, release chan struct{}
+}
+
+func (s stalledExtend) Extend(context.Context, time.Duration) error {
+	close(s.started)
+	<-s.release
+	return nil
+}
+
+// An extension still in flight at the lease's end does not hold the news
+// back: the handler is told at the lease's end, and the handling is lost
+// even when the extension succeeds later. Meanwhile the timer is not
+// armed again and again for a time already past.
+func TestLeaseRunsOutWhileExtensionStalls(t *testing.T) {
+	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := &countingClock{Fake: fake}
+	stub := stalledExtend{started: make(chan struct{}), release: make(chan struct{})}
+	causes, release, result := watchedWith(t, clk, fake, stub, Lease(9*time.Second))
+	start := fake.Now()
+	fake.Advance(6 * time.Second) // the extension is sent, and stalls
+	<-stub.started
+	waitNext(t, fake, start.Add(9*time.Second), "the lease's end, with the extension in flight")
+	armed := clk.n.Load()
+	fake.Advance(3 * time.Second)
+	select {
+	case err := <-causes:
+		if !errors.Is(err, ErrLeaseLost) {
+			t.Fatalf("handler's context ended with %v, want ErrLeaseLost", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lease ran out with its extension in flight and the handler was not told")
+	}
+	waitNext(t, fake, start.Add(time.Minute), "the timeout alone")
+	if n := clk.n.Load() - armed; n > 2 {
+		t.Fatalf("%d timers armed after the lease's end: the watch re-arms for a time already past", n)
+	}
+	close(stub.release) // the extension succeeds, late
+	close(release)
+	if h := <-result; !h.lost {
+		t.Fatal("a handling told its lease was lost is not reported lost")
 	}
 }

@@ -146,9 +146,12 @@ func (a *acker) flush(batch []ackReq) {
 		r.done(execFenced(ctx, e, "ack", e.SQL.Ack, r.id, r.id, r.fence))
 		return
 	}
-	e.Writer.Lock()
-	deleted, err := a.deleteMany(ctx, batch)
-	e.Writer.Unlock()
+	var deleted map[int64]bool
+	err := e.Writer.Lock(ctx)
+	if err == nil {
+		deleted, err = a.deleteMany(ctx, batch)
+		e.Writer.Unlock()
+	}
 	for _, r := range batch {
 		switch {
 		case err != nil:

@@ -55,7 +55,12 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 		}
 		defer e.Budget.Release()
 	}
-	e.Writer.Lock() // until the rows are read: SQLite commits the claim then
+	max = min(max, dialect.MaxClaim) // the Postgres claim's locking limit
+	// The turn to write is held until the rows are read: SQLite commits the
+	// claim then.
+	if err := e.Writer.Lock(ctx); err != nil {
+		return nil, fmt.Errorf("claim from %q: %w", e.Table.Unquoted, err)
+	}
 	defer e.Writer.Unlock()
 	now := e.Clock.Now()
 	from := c.mark.Start(now, e.Rescan)
@@ -94,7 +99,9 @@ func (s *settler) exec(ctx context.Context, what, query string, args ...any) err
 }
 
 func execFenced(ctx context.Context, e *claim.Env, what, query string, id int64, args ...any) error {
-	e.Writer.Lock()
+	if err := e.Writer.Lock(ctx); err != nil {
+		return fmt.Errorf("%s row %d of %q: %w", what, id, e.Table.Unquoted, err)
+	}
 	res, err := e.Stmts.ExecContext(ctx, query, args...)
 	e.Writer.Unlock()
 	if err != nil {
@@ -159,7 +166,9 @@ func (s *settler) Extend(ctx context.Context, lease time.Duration) error {
 // queryOne returns the one column of the first row query returns, or
 // sql.ErrNoRows.
 func queryOne(ctx context.Context, e *claim.Env, query string, args ...any) (any, error) {
-	e.Writer.Lock()
+	if err := e.Writer.Lock(ctx); err != nil {
+		return nil, err
+	}
 	defer e.Writer.Unlock()
 	rows, err := e.Stmts.QueryContext(ctx, query, args...)
 	if err != nil {

@@ -30,6 +30,27 @@ func TestClaimsKeepAGenericPlan(t *testing.T) {
 	d := dialect.Of(dialect.Postgres)
 	q := d.Inbox(dialect.Table{Name: `"plan_jobs"`, ID: `"id"`, LockedUntil: `"locked_until"`, Attempts: `"attempts"`},
 		dialect.Times{Kind: dialect.Postgres, Encoding: dialect.Timestamptz})
+	// The claim locks no more rows than its limit, whatever limit it writes
+	// out for the planner: another session can lock every other row.
+	probe, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if _, err := probe.ExecContext(ctx, q.ClaimLease, now.Add(time.Minute), now, 3, nil, int64(math.MinInt64)); err != nil {
+		t.Fatal(err)
+	}
+	var lockable int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM (SELECT id FROM plan_jobs FOR UPDATE SKIP LOCKED) AS s").Scan(&lockable); err != nil {
+		t.Fatal(err)
+	}
+	if lockable != 5000-3 {
+		t.Errorf("a claim of 3 rows left %d of 5000 rows lockable by another session, want 4997", lockable)
+	}
+	if err := probe.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+
 	conn, err := db.Conn(ctx) // prepared statements live on one connection
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +61,6 @@ func TestClaimsKeepAGenericPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	now := time.Now()
 	for i := range 12 {
 		limit := []int{1, 3, 50, 100}[i%4]
 		rows, err := tx.QueryContext(ctx, q.ClaimLease, now.Add(time.Minute), now, limit, nil, int64(math.MinInt64))

@@ -1,36 +1,53 @@
 package dialect
 
-import "sync"
+import "context"
 
-// Writer hands SQLite's one write lock to a pool's writers in turn. When two
-// connections write at once the second meets SQLITE_BUSY, and the engine's
-// busy handler sleeps (1, 2, 5, 10 ms and longer) before it tries again;
-// writers that first queue on a mutex are handed the lock the moment it is
+// Writer hands SQLite's one write lock to one broker's writers in turn.
+// When two connections write at once the second meets SQLITE_BUSY, and the
+// engine's busy handler sleeps (1, 2, 5, 10 ms and longer) before it tries
+// again; writers that first queue here are handed the lock the moment it is
 // free. Only a statement that runs on its own (autocommit) takes its turn
 // here: one inside the caller's transaction must not, since that
 // transaction may already hold SQLite's lock while the turn's holder waits
-// for it. On Postgres, and on a nil Writer, Lock and Unlock do nothing.
+// for it. Writers that do not take turns here (the user's own statements,
+// another broker, another process) still meet the busy timeout. On
+// Postgres, and on a nil Writer, Lock and Unlock do nothing.
 //
 // SQLite file, lease, 100k rows, 1x100, three runs each, back to back:
 // 35.9-40.8k jobs/s without it, 53.0-55.4k with.
 type Writer struct {
-	gate bool
-	mu   sync.Mutex
+	turn chan struct{} // nil on Postgres
 }
 
-// NewWriter returns the writer's turn of one pool of engine d.
-func NewWriter(d *Dialect) *Writer { return &Writer{gate: d.Kind == SQLite} }
+// NewWriter returns the writers' turn of one broker on engine d.
+func NewWriter(d *Dialect) *Writer {
+	if d.Kind != SQLite {
+		return &Writer{}
+	}
+	return &Writer{turn: make(chan struct{}, 1)}
+}
 
-// Lock waits for the pool's turn to write.
-func (w *Writer) Lock() {
-	if w != nil && w.gate {
-		w.mu.Lock()
+// Lock waits for the turn to write, or for ctx to end.
+func (w *Writer) Lock(ctx context.Context) error {
+	if w == nil || w.turn == nil {
+		return nil
+	}
+	select {
+	case w.turn <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case w.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
 // Unlock ends the turn.
 func (w *Writer) Unlock() {
-	if w != nil && w.gate {
-		w.mu.Unlock()
+	if w != nil && w.turn != nil {
+		<-w.turn
 	}
 }

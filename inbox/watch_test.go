@@ -93,14 +93,7 @@ func TestLeaseRunsOutWhileExtensionsFail(t *testing.T) {
 	}
 	waitNext(t, clk, start.Add(9*time.Second), "the lease's end")
 	clk.Advance(1500 * time.Millisecond) // the lease's end
-	select {
-	case err := <-causes:
-		if !errors.Is(err, ErrLeaseLost) {
-			t.Fatalf("handler's context ended with %v, want ErrLeaseLost", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the lease ran out and the handler was not told")
-	}
+	waitCause(t, causes, ErrLeaseLost, "the lease ran out")
 	close(release)
 	if h := <-result; !h.lost {
 		t.Fatal("a handling whose lease ran out is not reported lost")
@@ -113,9 +106,7 @@ func TestTimeoutEndsExtensions(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	extends, causes, release, result := watched(t, clk, Lease(9*time.Second), Timeout(5*time.Second))
 	clk.Advance(5 * time.Second)
-	if err := <-causes; !errors.Is(err, ErrTimeout) {
-		t.Fatalf("handler's context ended with %v, want ErrTimeout", err)
-	}
+	waitCause(t, causes, ErrTimeout, "the timeout passed")
 	waitNext(t, clk, clk.Now().Add(4*time.Second), "the lease's end, and no extension before it")
 	clk.Advance(2 * time.Second) // past the extension's time
 	// A fired timer's function runs on a goroutine of its own: give a wrong
@@ -129,6 +120,20 @@ func TestTimeoutEndsExtensions(t *testing.T) {
 	h := <-result
 	if !errors.Is(h.err, ErrTimeout) || h.lost {
 		t.Fatalf("handling ended with err %v, lost %v; want ErrTimeout, not lost", h.err, h.lost)
+	}
+}
+
+// waitCause waits for the handler to report its context's cause, which
+// must be want, since what happened.
+func waitCause(t *testing.T, causes chan error, want error, what string) {
+	t.Helper()
+	select {
+	case err := <-causes:
+		if !errors.Is(err, want) {
+			t.Fatalf("%s: the handler's context ended with %v, want %v", what, err, want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s and the handler was not told within 30s", what)
 	}
 }
 
@@ -171,14 +176,7 @@ func TestLeaseRunsOutWhileExtensionStalls(t *testing.T) {
 	waitNext(t, fake, start.Add(9*time.Second), "the lease's end, with the extension in flight")
 	armed := clk.n.Load()
 	fake.Advance(3 * time.Second)
-	select {
-	case err := <-causes:
-		if !errors.Is(err, ErrLeaseLost) {
-			t.Fatalf("handler's context ended with %v, want ErrLeaseLost", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the lease ran out with its extension in flight and the handler was not told")
-	}
+	waitCause(t, causes, ErrLeaseLost, "the lease ran out with its extension in flight")
 	waitNext(t, fake, start.Add(time.Minute), "the timeout alone")
 	if n := clk.n.Load() - armed; n > 2 {
 		t.Fatalf("%d timers armed after the lease's end: the watch re-arms for a time already past", n)

@@ -469,10 +469,11 @@ func (s *Subscription) Run(ctx context.Context) error {
 	coolTimer.Stop()
 	gatherTimer.Stop()
 	// Worker goroutines are kept: one handles a job, settles it once
-	// another goroutine may take the next job, then waits for a task. A job
-	// goes to a goroutine that waits, or to a new one when none does, so
-	// there are at most about twice as many as workers (handling, and
-	// settling), and no job pays for a goroutine's start and stack growth.
+	// another goroutine may take the next job (or hands a lease ack to the
+	// form), then waits for a task. A job goes to a goroutine that waits,
+	// or to a new one when none does, so there are at most about twice as
+	// many as workers (handling, and settling), and no job pays for a
+	// goroutine's start and stack growth.
 	tasks := make(chan task) // closed when the loop ends
 	// A settlement ends here, on the worker after its freeing, or on the
 	// form's own goroutine for an ack the form sends without a waiter.
@@ -489,7 +490,7 @@ func (s *Subscription) Run(ctx context.Context) error {
 			settleSlots <- struct{}{}
 			freed.Add(1)
 			poke(kick)
-			if a, ok := h.j.Settler.(claim.AsyncAcker); ok && h.err == nil && !h.lost {
+			if a, async := h.j.Settler.(claim.AsyncAcker); async && h.err == nil && !h.lost {
 				acking.Add(1)
 				hp := &h
 				a.AckAsync(func(err error) {

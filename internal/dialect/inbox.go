@@ -117,16 +117,9 @@ func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 	} else {
 		unusedErr = unused(d, 4)
 	}
-	// SQLite re-prepares a statement whose LIMIT is a bare parameter each
-	// time its value changes (it plans for the value bound), and a claim's
-	// limit is the number of free workers, which changes all the time: an
-	// expression keeps the one plan.
-	limit := "$3"
-	if d.Kind == SQLite {
-		limit = "($3 + 0)"
-	}
-	inner := fmt.Sprintf("SELECT %s FROM %s WHERE %s >= $5 AND %s%s ORDER BY %s LIMIT %s%s",
-		t.ID, t.Name, t.ID, available, group(4), t.ID, limit, d.SkipLocked())
+	// The rows a claim takes, in id order, locked where the engine locks.
+	pick := fmt.Sprintf("SELECT %s FROM %s WHERE %s >= $5 AND %s%s ORDER BY %s",
+		t.ID, t.Name, t.ID, available, group(4), t.ID)
 	var claim string
 	if d.Kind == Postgres {
 		// The limit that locks is written out (MaxClaim) and the claim's
@@ -135,13 +128,16 @@ func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 		// generic plan at a tenth of the table, never picks it, and plans
 		// every claim again (pg_prepared_statements: custom plans only;
 		// 3.6% of the machine's CPU in a 2x100 drain).
-		inner = fmt.Sprintf("SELECT %s FROM (SELECT %s FROM %s WHERE %s >= $5 AND %s%s ORDER BY %s LIMIT %d%s) AS c LIMIT $3",
-			t.ID, t.ID, t.Name, t.ID, available, group(4), t.ID, MaxClaim, d.SkipLocked())
+		inner := fmt.Sprintf("SELECT %s FROM (%s LIMIT %d%s) AS c LIMIT $3", t.ID, pick, MaxClaim, d.SkipLocked())
 		claim = fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s = ANY(ARRAY(%s)) RETURNING %s",
 			t.Name, lu, tm.At(1), t.ID, inner, returning)
 	} else {
-		claim = fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s IN (%s) RETURNING %s",
-			t.Name, lu, tm.At(1), t.ID, inner, returning)
+		// SQLite re-prepares a statement whose LIMIT is a bare parameter
+		// each time its value changes (it plans for the value bound), and a
+		// claim's limit is the number of free workers, which changes all
+		// the time: an expression keeps the one plan.
+		claim = fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s IN (%s LIMIT ($3 + 0)) RETURNING %s",
+			t.Name, lu, tm.At(1), t.ID, pick, returning)
 	}
 	availableAt1 := fmt.Sprintf("(%s IS NULL OR %s <= %s)", lu, lu, tm.At(1))
 	selectAvailable := fmt.Sprintf("SELECT %s FROM %s WHERE %s >= $3 AND %s%s ORDER BY %s LIMIT 1",

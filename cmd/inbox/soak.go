@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -132,17 +133,17 @@ type soakRun struct {
 	t     *soakTables
 	begun time.Time
 
-	workers    []*soakProc
-	producer   *soakProc
-	next       int // the next worker's instance number
-	exited     chan *soakProc
-	inTx       chan struct{}  // the producer is inside a transaction
-	producerIn io.WriteCloser // a line asks the producer to hold its next transaction
-	kills      int
-	restarts   int
-	restartsUS []int64 // on the database's clock, when each Postgres restart began
-	unexpected int     // processes that exited without being told to
-	records    sync.WaitGroup
+	workers      []*soakProc
+	producer     *soakProc
+	next         int // the next worker's instance number
+	exited       chan *soakProc
+	inTx         chan struct{}  // the producer is inside a transaction
+	producerIn   io.WriteCloser // a line asks the producer to hold its next transaction
+	kills        int
+	restarts     int
+	restartTimes []restart // each Postgres restart, on the database's clock
+	unexpected   int       // processes that exited without being told to
+	records      sync.WaitGroup
 }
 
 func (r *soakRun) logf(format string, args ...any) {
@@ -350,7 +351,7 @@ loop:
 			if r.d.Kind == dialect.Postgres {
 				r.logf("restarting the database: %s", c.restartCmd)
 				if us, err := r.t.readNowUS(ctx, r.db); err == nil {
-					r.restartsUS = append(r.restartsUS, us)
+					r.restartTimes = append(r.restartTimes, restart{beganUS: us, backUS: math.MaxInt64})
 				} else {
 					r.logf("could not read the database's clock before the restart: %v", err)
 				}
@@ -393,6 +394,9 @@ loop:
 				break
 			}
 			r.restarts++
+			if us, err := r.t.readNowUS(ctx, r.db); err == nil && len(r.restartTimes) > 0 {
+				r.restartTimes[len(r.restartTimes)-1].backUS = us
+			}
 			r.logf("database restarted and reachable")
 
 		case <-progress.C:
@@ -509,7 +513,7 @@ func (r *soakRun) judge(ctx context.Context) error {
 		}
 		for _, p := range pairs {
 			cause := ""
-			if c.form != "lease" && slices.ContainsFunc(r.restartsUS, p.spans) {
+			if c.form != "lease" && slices.ContainsFunc(r.restartTimes, p.spans) {
 				restartOverlaps++
 				cause = " (the first handling's lock ended with the database restart)"
 			}

@@ -163,11 +163,25 @@ func (o overlap) String() string {
 		o.seq, o.aInstance, o.aStart, o.aSeen, o.aDone, o.aKilled, o.bInstance, o.bStart, o.bSeen, o.bDone, o.bKilled)
 }
 
-// spans reports whether the first handling was running when the
-// database restarted at us, and the second began after it.
-func (o overlap) spans(us int64) bool {
-	return o.aStart < us && o.aSeen > us && o.bStart > us
+// restart is one Postgres restart: when it began (read just before the
+// restart command) and when the database was back (MaxInt64 until known),
+// in microseconds on the database's clock.
+type restart struct{ beganUS, backUS int64 }
+
+// spans reports whether the first handling held its row through the start
+// of restart r and the second began after that start. The first may have
+// begun a moment after the start was read, while the server was still
+// ending its sessions (a claim can complete meanwhile): up to
+// restartEndsSessions later, and never once the database was back.
+func (o overlap) spans(r restart) bool {
+	began := min(r.backUS, r.beganUS+restartEndsSessions)
+	return o.aStart < began && o.aSeen > r.beganUS && o.bStart > r.beganUS
 }
+
+// restartEndsSessions bounds, in microseconds, how long after a restart
+// begins a session it ends may still take a lock (a fast shutdown ends them
+// within tens of milliseconds here).
+const restartEndsSessions = 1_000_000
 
 // overlaps reads every pair of overlapping handlings (at most 100), so
 // that a failed soak leaves its evidence.

@@ -57,6 +57,29 @@ ORDER BY a.attnum`, Quote(table))
 	return cols, rows.Err()
 }
 
+// OneHeap reports whether table is one heap on Postgres: neither
+// partitioned nor the parent of other tables, so a row's ctid names it
+// alone among the rows a statement on the table sees. Always false on
+// SQLite.
+func (d *Dialect) OneHeap(ctx context.Context, db Querier, table string) (bool, error) {
+	if d.Kind != Postgres {
+		return false, nil
+	}
+	rows, err := db.QueryContext(ctx, `SELECT c.relkind = 'r' AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhparent = c.oid)
+FROM pg_class c WHERE c.oid = to_regclass($1)`, Quote(table))
+	if err != nil {
+		return false, fmt.Errorf("read the kind of %q: %w", table, err)
+	}
+	defer rows.Close()
+	one := false
+	for rows.Next() {
+		if err := rows.Scan(&one); err != nil {
+			return false, err
+		}
+	}
+	return one, rows.Err()
+}
+
 // Indexes reads the indexes of table with their columns in order. On SQLite
 // an INTEGER PRIMARY KEY is the rowid itself and is reported as an index.
 func (d *Dialect) Indexes(ctx context.Context, db Querier, table string) ([]Index, error) {

@@ -17,6 +17,9 @@ type Table struct {
 	// Columns are the columns every claim returns after id, locked_until and
 	// attempts (the user's struct fields), quoted.
 	Columns []string
+	// OneHeap: the table is one heap on Postgres (see Dialect.OneHeap), so
+	// the lease claim may name the rows it locked by ctid.
+	OneHeap bool
 }
 
 // InboxSQL is every statement the claim forms run on one table.
@@ -118,26 +121,36 @@ func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 		unusedErr = unused(d, 4)
 	}
 	// The rows a claim takes, in id order, locked where the engine locks.
-	pick := fmt.Sprintf("SELECT %s FROM %s WHERE %s >= $5 AND %s%s ORDER BY %s",
-		t.ID, t.Name, t.ID, available, group(4), t.ID)
+	where := fmt.Sprintf("FROM %s WHERE %s >= $5 AND %s%s ORDER BY %s", t.Name, t.ID, available, group(4), t.ID)
 	var claim string
-	if d.Kind == Postgres {
-		// The limit that locks is written out (MaxClaim) and the claim's
-		// own limit is applied over it: rows are locked as they are pulled,
-		// so no more than $3 are. With a bare LIMIT $3 Postgres costs the
-		// generic plan at a tenth of the table, never picks it, and plans
-		// every claim again (pg_prepared_statements: custom plans only;
-		// 3.6% of the machine's CPU in a 2x100 drain).
-		inner := fmt.Sprintf("SELECT %s FROM (%s LIMIT %d%s) AS c LIMIT $3", t.ID, pick, MaxClaim, d.SkipLocked())
-		claim = fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s = ANY(ARRAY(%s)) RETURNING %s",
-			t.Name, lu, tm.At(1), t.ID, inner, returning)
-	} else {
+	switch {
+	case d.Kind == SQLite:
 		// SQLite re-prepares a statement whose LIMIT is a bare parameter
 		// each time its value changes (it plans for the value bound), and a
 		// claim's limit is the number of free workers, which changes all
 		// the time: an expression keeps the one plan.
-		claim = fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s IN (%s LIMIT ($3 + 0)) RETURNING %s",
-			t.Name, lu, tm.At(1), t.ID, pick, returning)
+		claim = fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s IN (SELECT %s %s LIMIT ($3 + 0)) RETURNING %s",
+			t.Name, lu, tm.At(1), t.ID, t.ID, where, returning)
+	case t.OneHeap:
+		// On Postgres the limit that locks is written out (MaxClaim) and the
+		// claim's own limit is applied over it: rows are locked as they are
+		// pulled, so no more than $3 are. With a bare LIMIT $3 Postgres
+		// costs the generic plan at a tenth of the table, never picks it,
+		// and plans every claim again (pg_prepared_statements: custom plans
+		// only; 3.6% of the machine's CPU in a 2x100 drain).
+		//
+		// The update finds the rows the select locked by their address (a
+		// TID scan), not by a second probe of the primary key each: a
+		// locked row's ctid cannot change under the lock. Only on one heap:
+		// partitions and child tables number their ctids each on its own,
+		// and the update would also take the rows of the others at the same
+		// addresses (200k jobs 2x100, six runs each: 62.7k -> 65.3k jobs/s
+		// on average, machine CPU 25.8 -> 24.6 us a job).
+		claim = fmt.Sprintf("UPDATE %s SET %s = %s WHERE ctid = ANY(ARRAY(SELECT ctid FROM (SELECT ctid, %s %s LIMIT %d%s) AS c LIMIT $3)) RETURNING %s",
+			t.Name, lu, tm.At(1), t.ID, where, MaxClaim, d.SkipLocked(), returning)
+	default:
+		claim = fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s = ANY(ARRAY(SELECT %s FROM (SELECT %s %s LIMIT %d%s) AS c LIMIT $3)) RETURNING %s",
+			t.Name, lu, tm.At(1), t.ID, t.ID, t.ID, where, MaxClaim, d.SkipLocked(), returning)
 	}
 	availableAt1 := fmt.Sprintf("(%s IS NULL OR %s <= %s)", lu, lu, tm.At(1))
 	selectAvailable := fmt.Sprintf("SELECT %s FROM %s WHERE %s >= $3 AND %s%s ORDER BY %s LIMIT 1",

@@ -3,6 +3,7 @@ package dialect_test
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,11 @@ import (
 // limit it is given, instead of being planned again at every run. And the
 // lease claim locks no more rows than its limit.
 func TestClaimsKeepAGenericPlan(t *testing.T) {
+	t.Run("by id", func(t *testing.T) { claimsKeepAGenericPlan(t, false) })
+	t.Run("by ctid", func(t *testing.T) { claimsKeepAGenericPlan(t, true) })
+}
+
+func claimsKeepAGenericPlan(t *testing.T, oneHeap bool) {
 	ctx := context.Background()
 	db := testdb.Open(t, testdb.Postgres(t))
 	if err := migrations.Apply(ctx, db, "plan_jobs"); err != nil {
@@ -28,7 +34,7 @@ func TestClaimsKeepAGenericPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := dialect.Of(dialect.Postgres)
-	q := d.Inbox(dialect.Table{Name: `"plan_jobs"`, ID: `"id"`, LockedUntil: `"locked_until"`, Attempts: `"attempts"`},
+	q := d.Inbox(dialect.Table{Name: `"plan_jobs"`, ID: `"id"`, LockedUntil: `"locked_until"`, Attempts: `"attempts"`, OneHeap: oneHeap},
 		dialect.Times{Kind: dialect.Postgres, Encoding: dialect.Timestamptz})
 	// The claim locks no more rows than its limit, whatever limit it writes
 	// out for the planner: another session can lock every other row.
@@ -49,6 +55,10 @@ func TestClaimsKeepAGenericPlan(t *testing.T) {
 	}
 	if err := probe.Rollback(); err != nil {
 		t.Fatal(err)
+	}
+
+	if strings.Contains(q.ClaimLease, "ctid") != oneHeap {
+		t.Fatalf("one heap %v, claim %s", oneHeap, q.ClaimLease)
 	}
 
 	conn, err := db.Conn(ctx) // prepared statements live on one connection
@@ -112,5 +122,36 @@ func TestClaimsKeepAGenericPlan(t *testing.T) {
 	}
 	if seen != 2 {
 		t.Errorf("%d claim statements prepared on the connection, want 2", seen)
+	}
+}
+
+// OneHeap tells a plain table from a partitioned one and from a parent of
+// child tables; SQLite has no addresses to use.
+func TestOneHeap(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.Open(t, testdb.Postgres(t))
+	for _, q := range []string{
+		"CREATE TABLE plain (id bigint PRIMARY KEY)",
+		"CREATE TABLE parted (id bigint, g text) PARTITION BY LIST (g)",
+		"CREATE TABLE parted_a PARTITION OF parted FOR VALUES IN ('a')",
+		"CREATE TABLE parent (id bigint)",
+		"CREATE TABLE child () INHERITS (parent)",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := dialect.Of(dialect.Postgres)
+	for table, want := range map[string]bool{"plain": true, "parted": false, "parted_a": true, "parent": false, "child": true, "missing": false} {
+		got, err := d.OneHeap(ctx, db, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("OneHeap(%s) = %v, want %v", table, got, want)
+		}
+	}
+	if got, err := dialect.Of(dialect.SQLite).OneHeap(ctx, db, "plain"); got || err != nil {
+		t.Errorf("OneHeap on SQLite = %v, %v; want false, nil", got, err)
 	}
 }

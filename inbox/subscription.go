@@ -228,9 +228,10 @@ type Subscription struct {
 	shape   *shape
 	handle  func(ctx context.Context, value any) error
 
-	claimer claim.Claimer
-	running atomic.Bool
-	stats   counters
+	claimer   claim.Claimer
+	leaseForm bool // the lease form: a handler's lease is extended and can run out
+	running   atomic.Bool
+	stats     counters
 
 	idleMu   sync.Mutex
 	isIdle   bool
@@ -330,7 +331,8 @@ func Subscribe[T any](b *Broker, q Queue[T], h Handler[T], opts ...SubOption) (*
 	if b.maxConn == 1 {
 		return nil, fmt.Errorf("inbox: subscription %q: the pool holds one connection; claims need one and settlements another: give it at least 2 (%s form on %s)", cfg.name, cfg.form.Name(), b.d)
 	}
-	s := &Subscription{b: b, cfg: cfg, table: q.table, group: q.group, grouped: q.group != "", shape: q.shape, idleNow: make(chan struct{})}
+	s := &Subscription{b: b, cfg: cfg, table: q.table, group: q.group, grouped: q.group != "", shape: q.shape, idleNow: make(chan struct{}),
+		leaseForm: cfg.form.Name() == lease.Form.Name()}
 	s.handle = func(ctx context.Context, value any) error {
 		return h(ctx, *value.(*T))
 	}
@@ -730,12 +732,12 @@ type handling struct {
 func (s *Subscription) work(ctx context.Context, log *slog.Logger, j *claim.Job, claimedAt time.Time) handling {
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	h := handling{j: j, ev: Event{Subscription: s.cfg.name, ID: j.ID, Attempt: j.Attempts + 1, Start: s.b.clock.Now(), Outcome: Failed}}
+	now := s.b.clock.Now()
+	h := handling{j: j, ev: Event{Subscription: s.cfg.name, ID: j.ID, Attempt: j.Attempts + 1, Start: now, Outcome: Failed}}
 	s.shape.setLease(reflect.ValueOf(j.Value).Elem(), j.Lease)
 
-	now := s.b.clock.Now()
 	w := &watch{s: s, log: log, j: j, cancel: cancel, every: s.cfg.lease * 2 / 3, deadline: now.Add(s.cfg.timeout)}
-	if !j.Lease.IsZero() && s.cfg.form.Name() == lease.Form.Name() {
+	if !j.Lease.IsZero() && s.leaseForm {
 		// The lease runs from the claim's statement, which was sent at
 		// claimedAt: count from there, not from the handler's start, which
 		// a loaded machine may delay by a good part of the lease.

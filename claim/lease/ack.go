@@ -20,6 +20,13 @@ const maxAckBatch = 1000
 // so it is host time. A claimer with no other job in work sends at once.
 const ackLinger = time.Millisecond
 
+// ackIdle is how long the acker's goroutine waits for more acks once it has
+// sent all it had, before it ends. Under load the next acks come within a
+// claim's round trip, and a goroutine started anew grows its stack through
+// the driver again (stack copying was 6% of the process's CPU in a Postgres
+// drain, with the claims' goroutines).
+const ackIdle = 100 * time.Millisecond
+
 // ackTimeout bounds one batched ack statement.
 const ackTimeout = 30 * time.Second
 
@@ -44,6 +51,7 @@ type acker struct {
 	inWork  int       // jobs claimed, not yet settled nor queued to ack
 	running bool
 	kick    chan struct{}
+	timer   *time.Timer // the linger's and the idle wait's, kept by run
 }
 
 // claimed counts n more jobs in work.
@@ -101,28 +109,46 @@ func (a *acker) queue(req ackReq) {
 	a.poke()
 }
 
-// run sends batches until none is queued, then ends: no goroutine is left
-// behind by a claimer nobody uses any more.
+// run sends batches until none has been queued for ackIdle, then ends: no
+// goroutine is left behind by a claimer nobody uses any more.
 func (a *acker) run() {
 	var batch []ackReq
+	if a.timer == nil {
+		a.timer = time.NewTimer(time.Hour)
+	}
+	t := a.timer
+	wait := func(d time.Duration) (kicked bool) {
+		t.Reset(d)
+		select {
+		case <-a.kick:
+			kicked = true
+		case <-t.C:
+		}
+		t.Stop()
+		return kicked
+	}
 	for {
 		a.mu.Lock()
 		for len(a.pending) > 0 && len(a.pending) < maxAckBatch && a.inWork > 0 {
-			wait := ackLinger - time.Since(a.first)
-			if wait <= 0 {
+			d := ackLinger - time.Since(a.first)
+			if d <= 0 {
 				break
 			}
 			a.mu.Unlock()
-			t := time.NewTimer(wait)
-			select {
-			case <-a.kick:
-			case <-t.C:
-			}
-			t.Stop()
+			wait(d)
 			a.mu.Lock()
 		}
 		n := min(len(a.pending), maxAckBatch)
 		if n == 0 {
+			a.mu.Unlock()
+			if wait(ackIdle) {
+				continue
+			}
+			a.mu.Lock()
+			if len(a.pending) > 0 {
+				a.mu.Unlock()
+				continue
+			}
 			a.running = false
 			a.mu.Unlock()
 			return

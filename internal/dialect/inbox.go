@@ -51,8 +51,9 @@ type InboxSQL struct {
 	// Ack deletes a claimed row fenced on its lease: $1 id, $2 lease.
 	Ack string
 	// AckMany deletes claimed rows fenced on their leases and returns the
-	// ids it deleted: on Postgres $1 ids, $2 leases (arrays); on SQLite $1
-	// a JSON array of [id, lease] pairs, leases encoded as the column keeps them.
+	// ids it deleted: on Postgres $1 ids, $2 leases in microseconds since
+	// the Unix epoch (bigint arrays, as text literals); on SQLite $1 a JSON
+	// array of [id, lease] pairs, leases encoded as the column keeps them.
 	AckMany string
 	// Retry sets a new time and bumps attempts, fenced: $1 id, $2 lease,
 	// $3 new time (Times.At), $4 last error.
@@ -187,7 +188,8 @@ FROM %[2]s WHERE TRUE%[4]s`, lu, t.Name, tm.At(1), group(3)))
 			t.Name, t.ID, t.ID, t.Name, t.ID, lu, t.ID)
 	}
 	if d.Kind == Postgres {
-		s.AckMany = fmt.Sprintf("DELETE FROM %s AS t USING unnest($1::bigint[], $2::timestamptz[]) AS a(id, lease) WHERE t.%s = a.id AND t.%s = a.lease RETURNING t.%s", t.Name, t.ID, lu, t.ID)
+		// A lease in microseconds is exact: the product is below 2^53.
+		s.AckMany = fmt.Sprintf("DELETE FROM %s AS t USING unnest($1::bigint[], $2::bigint[]) AS a(id, lease) WHERE t.%s = a.id AND t.%s = timestamptz 'epoch' + a.lease * interval '1 microsecond' RETURNING t.%s", t.Name, t.ID, lu, t.ID)
 		// A recursive walk, one row a step: each step reads the next
 		// available id above the last (a primary-key probe) and tries its
 		// lock in the step's select list, which runs once for each row the

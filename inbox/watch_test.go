@@ -54,7 +54,7 @@ func watchedWith(t *testing.T, clk clock.Clock, fake *clock.Fake, settler claim.
 	}
 	result = make(chan handling, 1)
 	j := &claim.Job{ID: 7, Lease: fake.Now().Add(s.cfg.lease), Value: &row{}, Settler: settler}
-	go func() { result <- s.work(context.Background(), b.log, j, fake.Now()) }()
+	go func() { result <- s.work(context.Background(), s.newWatch(b.log), j, fake.Now()) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := fake.WaitTimers(ctx, 1); err != nil { // the handling's one timer
@@ -185,5 +185,118 @@ func TestLeaseRunsOutWhileExtensionStalls(t *testing.T) {
 	close(release)
 	if h := <-result; !h.lost {
 		t.Fatal("a handling told its lease was lost is not reported lost")
+	}
+}
+
+// hostWatch returns a worker's watch of a lease-form subscription on the
+// host's clock, and a job whose extensions are told on extends (and fail).
+func hostWatch(t *testing.T, lease time.Duration) (w *watch, job func() *claim.Job, extends chan time.Duration) {
+	t.Helper()
+	b, err := Open(testdb.SQLite(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	s, err := Subscribe(b, MustQueue[row]("jobs"), func(context.Context, row) error { return nil }, Lease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	extends = make(chan time.Duration, 8)
+	job = func() *claim.Job {
+		return &claim.Job{ID: 7, Lease: time.Now().Add(lease), Value: &row{}, Settler: extendStub{calls: extends}}
+	}
+	return s.newWatch(b.log), job, extends
+}
+
+// armedFor is when w's timer fires, zero with none armed.
+func armedFor(w *watch) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.timerAt
+}
+
+// On the host's clock a worker keeps its timer from one job to the next
+// while it fires by what the next job needs; a job that needs it sooner
+// arms it for then, and its extension comes on time.
+func TestWatchKeepsItsTimerForTheNextJob(t *testing.T) {
+	w, job, extends := hostWatch(t, 30*time.Second) // extensions every 20s
+	if !w.keep {
+		t.Fatal("a watch on the host's clock does not keep its timer")
+	}
+	now := time.Now()
+	_, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	w.begin(job(), cancel, now, now)
+	first := armedFor(w)
+	if want := now.Add(20 * time.Second); !first.Equal(want) {
+		t.Fatalf("first job: timer armed for %v, want the extension's time %v", first, want)
+	}
+	w.finish()
+	if !armedFor(w).Equal(first) {
+		t.Fatalf("after the first job the timer is armed for %v, want it kept for %v", armedFor(w), first)
+	}
+	// A later job whose times come later keeps the timer as it is.
+	later := now.Add(time.Second)
+	w.begin(job(), cancel, later, later)
+	if !armedFor(w).Equal(first) {
+		t.Fatalf("a later job moved the timer to %v; it fires by what that job needs at %v", armedFor(w), first)
+	}
+	w.finish()
+	// A job claimed 19.8s ago needs its extension in 0.2s: sooner.
+	claimed := time.Now().Add(-19800 * time.Millisecond)
+	w.begin(job(), cancel, time.Now(), claimed)
+	due := claimed.Add(20 * time.Second)
+	if !armedFor(w).Equal(due) {
+		t.Fatalf("a job due sooner left the timer at %v, want %v", armedFor(w), due)
+	}
+	select {
+	case <-extends:
+		if now := time.Now(); now.Before(due) {
+			t.Fatalf("extension sent at %v, before it was due at %v", now, due)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the extension of a job due sooner was not sent within 30s")
+	}
+	w.finish()
+}
+
+// A kept timer that fires for an earlier job while a later one runs does
+// nothing for it but arm itself for what the later job needs.
+func TestKeptTimerFiringEarlyWaitsForTheJobsOwnTime(t *testing.T) {
+	w, job, extends := hostWatch(t, 3*time.Second) // extensions every 2s
+	_, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	// The first job was claimed 1.9s ago: the timer fires in 0.1s.
+	claimed := time.Now().Add(-1900 * time.Millisecond)
+	w.begin(job(), cancel, time.Now(), claimed)
+	early := armedFor(w)
+	w.finish()
+	now := time.Now()
+	w.begin(job(), cancel, now, now)
+	if !armedFor(w).Equal(early) {
+		t.Fatalf("timer armed for %v, want the first job's %v kept", armedFor(w), early)
+	}
+	select {
+	case <-extends:
+		if at, due := time.Now(), now.Add(2*time.Second); at.Before(due) {
+			t.Fatalf("the second job's lease was extended at %v, before its time %v: the first job's timer acted for it", at, due)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second job's extension was not sent within 30s")
+	}
+	w.finish()
+}
+
+// On any other clock the timer is stopped when the handler returns, so a
+// test sees only the timers in use.
+func TestWatchOnAFakeClockStopsItsTimer(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	_, causes, release, result := watched(t, clk, Lease(9*time.Second), Timeout(5*time.Second))
+	clk.Advance(5 * time.Second) // the handler returns once its context ends
+	waitCause(t, causes, ErrTimeout, "the timeout passed")
+	close(release)
+	<-result
+	if n := clk.Pending(); n != 0 {
+		t.Fatalf("%d timers pending on the fake clock after the handler returned, want 0", n)
 	}
 }

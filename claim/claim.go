@@ -97,8 +97,9 @@ type Table struct {
 	// notification channels and advisory lock classes.
 	Unquoted string
 	Times    dialect.Times
-	// New makes a fresh user value and the scan destinations for Columns.
-	New func() (value any, dest []any)
+	// New makes a fresh user value and appends the scan destinations for
+	// Columns to dest.
+	New func(dest []any) (value any, fields []any)
 }
 
 // Env is what a form gets from the subscription that drives it.
@@ -168,30 +169,54 @@ type Form interface {
 // user fields do not comes back with Err set; only a row whose id or lease
 // cannot be read is an error.
 func ScanJob(t Table, scan func(dest ...any) error) (*Job, error) {
-	value, dest := t.New()
-	var (
-		j     Job
-		lease any
-		att   sql.NullInt64
-	)
-	if err := scan(append([]any{&j.ID, &lease, &att}, dest...)...); err != nil {
+	return NewScanner(t, 1).Scan(scan)
+}
+
+// Scanner is ScanJob for the rows of one claim: it keeps its scan
+// destinations from row to row and hands out Jobs from one slab, so a row
+// costs the user's value and little else (lease claim, 2x100 no-op drain:
+// four allocations fewer a job than a ScanJob a row).
+type Scanner struct {
+	t     Table
+	dest  []any
+	lease any
+	att   sql.NullInt64
+	jobs  []Job
+}
+
+// NewScanner returns a Scanner for about rows rows.
+func NewScanner(t Table, rows int) *Scanner {
+	return &Scanner{t: t, jobs: make([]Job, 0, max(rows, 1))}
+}
+
+// Scan reads the next row, as ScanJob does.
+func (s *Scanner) Scan(scan func(dest ...any) error) (*Job, error) {
+	if len(s.jobs) == cap(s.jobs) {
+		s.jobs = make([]Job, 0, cap(s.jobs)) // a new slab; handed-out Jobs stay
+	}
+	s.jobs = s.jobs[:len(s.jobs)+1]
+	j := &s.jobs[len(s.jobs)-1]
+	s.lease, s.att = nil, sql.NullInt64{}
+	value, dest := s.t.New(append(s.dest[:0], &j.ID, &s.lease, &s.att))
+	s.dest = dest
+	if err := scan(dest...); err != nil {
 		// Scan again (database/sql allows it on the same row) with the
 		// user's fields discarded, to learn which row it is.
-		discard := make([]any, len(dest))
-		for i := range discard {
-			discard[i] = new(any)
+		for i := 3; i < len(dest); i++ {
+			dest[i] = new(any)
 		}
-		if err2 := scan(append([]any{&j.ID, &lease, &att}, discard...)...); err2 != nil {
-			return nil, fmt.Errorf("scan a row of %q: %w", t.Unquoted, err)
+		if err2 := scan(dest...); err2 != nil {
+			return nil, fmt.Errorf("scan a row of %q: %w", s.t.Unquoted, err)
 		}
-		j.Err = fmt.Errorf("table %q row %d cannot be read into %T: %w", t.Unquoted, j.ID, value, err)
+		j.Err = fmt.Errorf("table %q row %d cannot be read into %T: %w", s.t.Unquoted, j.ID, value, err)
 	}
-	at, _, err := t.Times.Decode(lease)
+	at, _, err := s.t.Times.Decode(s.lease)
 	if err != nil {
-		return nil, fmt.Errorf("table %q row %d: locked_until: %w", t.Unquoted, j.ID, err)
+		return nil, fmt.Errorf("table %q row %d: locked_until: %w", s.t.Unquoted, j.ID, err)
 	}
-	j.Lease, j.Attempts, j.Value = at, int(att.Int64), value
-	return &j, nil
+	j.Lease, j.Attempts, j.Value = at, int(s.att.Int64), value
+	clear(s.dest) // hold no user value past its row
+	return j, nil
 }
 
 // PostgresOnly is the Supports of a form that needs Postgres: holds says how

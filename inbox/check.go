@@ -140,12 +140,11 @@ func checkTable(ctx context.Context, b *Broker, table string, s *shape, grouped 
 		t.Columns = append(t.Columns, dialect.Quote(f.column))
 	}
 	typ := s.typ
-	t.New = func() (any, []any) {
+	t.New = func(dest []any) (any, []any) {
 		v := reflect.New(typ)
 		e := v.Elem()
-		dest := make([]any, len(scanned))
-		for i, f := range scanned {
-			dest[i] = e.FieldByIndex(f.index).Addr().Interface()
+		for _, f := range scanned {
+			dest = append(dest, e.FieldByIndex(f.index).Addr().Interface())
 		}
 		return v.Interface(), dest
 	}

@@ -30,7 +30,7 @@ func newClaimer(t *testing.T) (*claimer, *sql.DB) {
 		Table:    dialect.Table{Name: `"jobs"`, ID: `"id"`, LockedUntil: `"locked_until"`, Attempts: `"attempts"`, LastError: `"last_error"`},
 		Unquoted: "jobs",
 		Times:    dialect.Times{Kind: dialect.Postgres, Encoding: dialect.Timestamptz},
-		New:      func() (any, []any) { return nil, nil },
+		New:      func(dest []any) (any, []any) { return nil, dest },
 	}
 	env := claim.Env{DB: db, Dialect: d, Table: tbl, SQL: d.Inbox(tbl.Table, tbl.Times), Clock: clock.Host{}, Conns: 3}
 	c, err := Form.New(env)

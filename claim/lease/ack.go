@@ -79,13 +79,13 @@ func (a *acker) poke() {
 
 type ackReq struct {
 	id    int64
-	fence any
+	lease time.Time // the fence
 	done  func(error) // called once with the ack's result, from run
 }
 
-func (a *acker) ack(ctx context.Context, id int64, fence any) error {
+func (a *acker) ack(ctx context.Context, id int64, lease time.Time) error {
 	res := make(chan error, 1)
-	a.queue(ackReq{id: id, fence: fence, done: func(err error) { res <- err }})
+	a.queue(ackReq{id: id, lease: lease, done: func(err error) { res <- err }})
 	select {
 	case err := <-res:
 		return err
@@ -170,7 +170,7 @@ func (a *acker) flush(batch []ackReq) {
 	defer cancel()
 	if len(batch) == 1 {
 		r := batch[0]
-		r.done(execFenced(ctx, e, "ack", e.SQL.Ack, r.id, r.id, r.fence))
+		r.done(execFenced(ctx, e, "ack", e.SQL.Ack, r.id, r.id, e.Table.Times.Encode(r.lease)))
 		return
 	}
 	var deleted map[int64]bool
@@ -207,22 +207,18 @@ func (a *acker) deleteMany(ctx context.Context, batch []ackReq) (map[int64]bool,
 		fences := make([]byte, 0, 2+len(batch)*20)
 		ids, fences = append(ids, '{'), append(fences, '{')
 		for i, r := range batch {
-			at, ok := r.fence.(time.Time)
-			if !ok {
-				return nil, fmt.Errorf("lease of row %d is a %T, not a time", r.id, r.fence)
-			}
 			if i > 0 {
 				ids, fences = append(ids, ','), append(fences, ',')
 			}
 			ids = strconv.AppendInt(ids, r.id, 10)
-			fences = strconv.AppendInt(fences, at.UnixMicro(), 10)
+			fences = strconv.AppendInt(fences, r.lease.UnixMicro(), 10)
 		}
 		ids, fences = append(ids, '}'), append(fences, '}')
 		rows, err = e.Stmts.QueryContext(ctx, e.SQL.AckMany, string(ids), string(fences))
 	} else {
 		pairs := make([][2]any, len(batch))
 		for i, r := range batch {
-			pairs[i] = [2]any{r.id, r.fence}
+			pairs[i] = [2]any{r.id, e.Table.Times.Encode(r.lease)}
 		}
 		var arg []byte
 		arg, err = json.Marshal(pairs)

@@ -71,12 +71,15 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	}
 	defer rows.Close()
 	jobs := make([]*claim.Job, 0, max)
+	scan := claim.NewScanner(e.Table, max)
+	settlers := make([]settler, 0, max) // one slab a claim
 	for rows.Next() {
-		j, err := claim.ScanJob(e.Table, rows.Scan)
+		j, err := scan.Scan(rows.Scan)
 		if err != nil {
 			return nil, err
 		}
-		j.Settler = &settler{c: c, id: j.ID, fence: e.Table.Times.Encode(j.Lease)}
+		settlers = append(settlers, settler{c: c, id: j.ID, lease: j.Lease})
+		j.Settler = &settlers[len(settlers)-1]
 		jobs = append(jobs, j)
 	}
 	if err := rows.Err(); err != nil {
@@ -87,11 +90,15 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	return jobs, nil
 }
 
+// settler settles one claimed row, fenced on its lease.
 type settler struct {
 	c     *claimer
 	id    int64
-	fence any
+	lease time.Time // as the claim (or the last extension) wrote it
 }
+
+// fence is the lease as a statement's parameter.
+func (s *settler) fence() any { return s.c.env.Table.Times.Encode(s.lease) }
 
 // exec runs a fenced statement and reports ErrLost when it changed nothing.
 func (s *settler) exec(ctx context.Context, what, query string, args ...any) error {
@@ -116,25 +123,25 @@ func execFenced(ctx context.Context, e *claim.Env, what, query string, id int64,
 // Ack deletes the row if its lease still stands; acks that arrive together
 // share one statement (see acker).
 func (s *settler) Ack(ctx context.Context) error {
-	return s.c.acks.ack(ctx, s.id, s.fence)
+	return s.c.acks.ack(ctx, s.id, s.lease)
 }
 
 // AckAsync queues the ack and returns; done gets its result once its
 // statement has run (see claim.AsyncAcker).
 func (s *settler) AckAsync(done func(error)) {
-	s.c.acks.queue(ackReq{id: s.id, fence: s.fence, done: done})
+	s.c.acks.queue(ackReq{id: s.id, lease: s.lease, done: done})
 }
 
 func (s *settler) Retry(ctx context.Context, delay time.Duration, lastError string) error {
 	defer s.c.acks.settled()
 	e := &s.c.env
-	return s.exec(ctx, "retry", e.SQL.Retry, s.id, s.fence, e.Table.Times.Arg(e.Clock.Now(), delay), nullable(lastError))
+	return s.exec(ctx, "retry", e.SQL.Retry, s.id, s.fence(), e.Table.Times.Arg(e.Clock.Now(), delay), nullable(lastError))
 }
 
 func (s *settler) Park(ctx context.Context, lastError string) error {
 	defer s.c.acks.settled()
 	e := &s.c.env
-	return s.exec(ctx, "park", e.SQL.Park, s.id, s.fence, e.Table.Times.Encode(dialect.Never), nullable(lastError))
+	return s.exec(ctx, "park", e.SQL.Park, s.id, s.fence(), e.Table.Times.Encode(dialect.Never), nullable(lastError))
 }
 
 // Forget stops counting a job whose lease was lost among those in work,
@@ -143,12 +150,12 @@ func (s *settler) Forget() { s.c.acks.settled() }
 
 func (s *settler) Release(ctx context.Context) error {
 	defer s.c.acks.settled()
-	return s.exec(ctx, "release", s.c.env.SQL.Release, s.id, s.fence)
+	return s.exec(ctx, "release", s.c.env.SQL.Release, s.id, s.fence())
 }
 
 func (s *settler) Extend(ctx context.Context, lease time.Duration) error {
 	e := &s.c.env
-	raw, err := queryOne(ctx, e, e.SQL.Extend, s.id, s.fence, e.Table.Times.Arg(e.Clock.Now(), lease))
+	raw, err := queryOne(ctx, e, e.SQL.Extend, s.id, s.fence(), e.Table.Times.Arg(e.Clock.Now(), lease))
 	if err == sql.ErrNoRows {
 		return fmt.Errorf("extend row %d of %q: %w", s.id, e.Table.Unquoted, claim.ErrLost)
 	}
@@ -159,7 +166,7 @@ func (s *settler) Extend(ctx context.Context, lease time.Duration) error {
 	if err != nil {
 		return err
 	}
-	s.fence = e.Table.Times.Encode(at)
+	s.lease = at
 	return nil
 }
 

@@ -83,7 +83,7 @@ func newClaimer(t *testing.T, url string, clk clock.Clock, n int) (*claimer, *sq
 		Table:    dialect.Table{Name: `"jobs"`, ID: `"id"`, LockedUntil: `"locked_until"`, Attempts: `"attempts"`, LastError: `"last_error"`},
 		Unquoted: "jobs",
 		Times:    dialect.Times{Kind: d.Kind, Encoding: dialect.EncodingFor(d.Kind, declared)},
-		New:      func() (any, []any) { return nil, nil },
+		New:      func(dest []any) (any, []any) { return nil, dest },
 	}
 	env := claim.Env{DB: db, Dialect: d, Table: tbl, SQL: d.Inbox(tbl.Table, tbl.Times), Clock: clk,
 		Lease: time.Hour, Rescan: time.Minute, Conns: 3}

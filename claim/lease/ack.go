@@ -79,7 +79,7 @@ func (a *acker) poke() {
 
 type ackReq struct {
 	id    int64
-	lease time.Time // the fence
+	lease time.Time   // the fence
 	done  func(error) // called once with the ack's result, from run
 }
 

@@ -501,6 +501,21 @@ func (s *Subscription) Run(ctx context.Context) error {
 		settled.Add(1)
 		poke(kick)
 	}
+	// An ack sent without a waiter keeps its handling in an ackWait until
+	// it is answered; they are reused, with the callback each was made
+	// with (two allocations a job fewer).
+	var waits sync.Pool
+	waits.New = func() any {
+		w := &ackWait{}
+		w.done = func(err error) {
+			s.reportAck(log, &w.h, err)
+			endSettlement()
+			acking.Done()
+			w.h = handling{}
+			waits.Put(w)
+		}
+		return w
+	}
 	worker := func(t task) {
 		defer handlers.Done()
 		w := s.newWatch(log)
@@ -511,12 +526,9 @@ func (s *Subscription) Run(ctx context.Context) error {
 			poke(kick)
 			if a, async := h.j.Settler.(claim.AsyncAcker); async && h.err == nil && !h.lost {
 				acking.Add(1)
-				hp := &h
-				a.AckAsync(func(err error) {
-					s.reportAck(log, hp, err)
-					endSettlement()
-					acking.Done()
-				})
+				aw := waits.Get().(*ackWait)
+				aw.h = h
+				a.AckAsync(aw.done)
 				continue
 			}
 			s.settleHandling(log, &h)
@@ -747,6 +759,12 @@ func (s *Subscription) release(log *slog.Logger, j *claim.Job) {
 		now := s.b.clock.Now()
 		s.cfg.observe(Event{Subscription: s.cfg.name, ID: j.ID, Attempt: j.Attempts + 1, Start: now, End: now, Outcome: Released})
 	}
+}
+
+// ackWait holds a handling while its ack is in flight without a waiter.
+type ackWait struct {
+	h    handling
+	done func(error) // reports the ack and puts the ackWait back
 }
 
 // handling is what a worker keeps of one handled job until it is settled.

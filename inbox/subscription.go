@@ -444,10 +444,18 @@ func (s *Subscription) Run(ctx context.Context) error {
 		// in flight as there are workers, so no worker waits on a commit.
 		settling    = 0
 		settleSlots = make(chan struct{}, s.cfg.workers)
-		// Workers count what they freed and settled, and kick the loop;
-		// kicks that come while the loop is busy fold into one.
-		freed, settled atomic.Int64
-		kick           = make(chan struct{}, 1)
+		// Workers count what they freed and what is settling, and kick the
+		// loop when it has something to decide: in a form that claims for
+		// every free worker with one claim in flight (lease), at the first
+		// worker freed, at half of them and at all (the gather's points),
+		// and when the last settlement ends; otherwise at every freeing. The
+		// loop reads the counts on every turn. Kicks that come while the
+		// loop is busy fold into one. (A kick a job woke the loop about
+		// once a job; with these, and the acker woken likewise, a Postgres
+		// drain of 200k jobs 2x100 took 5.2-5.8 us of the process's CPU a
+		// job, against 5.9-6.3, four runs each.)
+		freed, settlingN, handlingN atomic.Int64
+		kick                        = make(chan struct{}, 1)
 		poll           = b.clock.NewTimer(b.poll)
 		stopping       = false
 		// Claims outlive ctx so that rows a claim took at the stop are
@@ -498,9 +506,12 @@ func (s *Subscription) Run(ctx context.Context) error {
 	var acking sync.WaitGroup // acks sent without a waiter, not yet answered
 	endSettlement := func() {
 		<-settleSlots
-		settled.Add(1)
-		poke(kick)
+		if settlingN.Add(-1) == 0 {
+			poke(kick)
+		}
 	}
+	kickEach := maxClaims > 1 || s.claimer.Batch() != 0
+	firstFree, halfFree := int64(s.cfg.workers-1), int64(s.cfg.workers-(s.cfg.workers+1)/2)
 	// An ack sent without a waiter keeps its handling in an ackWait until
 	// it is answered; they are reused, with the callback each was made
 	// with (two allocations a job fewer).
@@ -522,8 +533,11 @@ func (s *Subscription) Run(ctx context.Context) error {
 		for ok := true; ok; t, ok = <-tasks {
 			h := s.work(handlerCtx, w, t.j, t.at)
 			settleSlots <- struct{}{}
+			settlingN.Add(1)
 			freed.Add(1)
-			poke(kick)
+			if left := handlingN.Add(-1); kickEach || left == firstFree || left == halfFree || left == 0 {
+				poke(kick)
+			}
 			if a, async := h.j.Settler.(claim.AsyncAcker); async && h.err == nil && !h.lost {
 				acking.Add(1)
 				aw := waits.Get().(*ackWait)
@@ -575,6 +589,8 @@ func (s *Subscription) Run(ctx context.Context) error {
 	}
 
 	for {
+		free += int(freed.Swap(0))
+		settling = int(settlingN.Load())
 		for !stopping && !idle && !cooling && free > 0 && inflight < maxClaims && inflight+s.claimer.Held() < conns {
 			if batch == 0 && !gathered && (free*2 < s.cfg.workers || gatherAll && backlog && free < s.cfg.workers) {
 				if !gathering {
@@ -629,6 +645,7 @@ func (s *Subscription) Run(ctx context.Context) error {
 					continue
 				}
 				t := task{j: j, at: r.at}
+				handlingN.Add(1)
 				select {
 				case tasks <- t: // a worker goroutine waits
 				default:
@@ -672,11 +689,7 @@ func (s *Subscription) Run(ctx context.Context) error {
 				}
 			}
 		case <-kick:
-			// Settled first: a settlement counted has its freeing counted too.
-			n := settled.Swap(0)
-			m := freed.Swap(0)
-			free += int(m)
-			settling += int(m - n)
+			// The counts are read at the top of the loop.
 		case <-waiter.C():
 			wakeGen++
 			if failures == 0 && idle {

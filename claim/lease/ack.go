@@ -66,8 +66,11 @@ func (a *acker) claimed(n int) {
 func (a *acker) settled() {
 	a.mu.Lock()
 	a.inWork = max(a.inWork-1, 0)
+	wake := a.inWork == 0 && len(a.pending) > 0
 	a.mu.Unlock()
-	a.poke()
+	if wake {
+		a.poke()
+	}
 }
 
 func (a *acker) poke() {
@@ -102,12 +105,19 @@ func (a *acker) queue(req ackReq) {
 	}
 	a.pending = append(a.pending, req)
 	a.inWork = max(a.inWork-1, 0)
+	// run is woken only where its wait changes: at a batch's first ack,
+	// when no job of the claimer is left in work, and at a full batch;
+	// the acks between join the batch without waking it (a wake an ack
+	// cost the acker a timer reset and a goroutine switch a job).
+	wake := len(a.pending) == 1 || a.inWork == 0 || len(a.pending) >= maxAckBatch
 	if !a.running {
 		a.running = true
 		go a.run()
 	}
 	a.mu.Unlock()
-	a.poke()
+	if wake {
+		a.poke()
+	}
 }
 
 // run sends batches until none has been queued for ackIdle, then ends: no

@@ -1,0 +1,63 @@
+package inbox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/inbox"
+)
+
+// Under a backlog a worker freed while the others still run gets its next
+// row at once, not at the next poll (an hour here): the workers wake the
+// claim loop at the first of them freed, at half and at all, and the loop
+// claims for the few freed once its short gather is over.
+func TestFreedWorkersGetRowsWithoutAPoll(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		b := open(t, url, inbox.PollInterval(time.Hour))
+		insert(t, b.DB(), 12)
+		started := make(chan int64, 12)
+		release := make(chan struct{}, 32)
+		sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(ctx context.Context, j Job) error {
+			started <- j.ID
+			<-release
+			return nil
+		}, inbox.Workers(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- sub.Run(ctx) }()
+		t.Cleanup(func() {
+			for range 12 {
+				release <- struct{}{}
+			}
+			cancel()
+			<-done
+		})
+		waitStarts := func(n int, what string) {
+			t.Helper()
+			for i := range n {
+				select {
+				case <-started:
+				case <-time.After(30 * time.Second):
+					t.Fatalf("%s: %d of %d handlers started within 30s (the poll is an hour away)", what, i, n)
+				}
+			}
+		}
+		waitStarts(4, "the first claim")
+		release <- struct{}{} // one worker of four freed
+		waitStarts(1, "one worker freed")
+		release <- struct{}{}
+		release <- struct{}{} // two freed: half
+		waitStarts(2, "two workers freed")
+		for range 4 {
+			release <- struct{}{} // all four freed
+		}
+		waitStarts(4, "every worker freed")
+		if st := sub.Stats(); st.Claims < 4 {
+			t.Fatalf("%d claims for 11 rows started in four steps, want at least 4", st.Claims)
+		}
+	})
+}

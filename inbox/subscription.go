@@ -456,8 +456,8 @@ func (s *Subscription) Run(ctx context.Context) error {
 		// job, against 5.9-6.3, four runs each.)
 		freed, settlingN, handlingN atomic.Int64
 		kick                        = make(chan struct{}, 1)
-		poll           = b.clock.NewTimer(b.poll)
-		stopping       = false
+		poll                        = b.clock.NewTimer(b.poll)
+		stopping                    = false
 		// Claims outlive ctx so that rows a claim took at the stop are
 		// known and given back; they are cut ShutdownTimeout after it.
 		claimCtx, cancelClaims = context.WithCancel(context.WithoutCancel(ctx))

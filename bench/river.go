@@ -59,6 +59,10 @@ func riverPostgres(ctx context.Context, url string, r riverRun, progress io.Writ
 	if _, err := pool.Exec(ctx, "TRUNCATE river_job RESTART IDENTITY"); err != nil {
 		return benchkit.Result{}, nil, err
 	}
+	benchkit.Checkpoint(ctx, func(ctx context.Context, q string) error {
+		_, err := pool.Exec(ctx, q)
+		return err
+	})
 	return riverDrain(ctx, drv, r, progress, func(ctx context.Context, c *river.Client[pgx.Tx]) error {
 		return riverFill(ctx, c, r.jobs)
 	}, func(ctx context.Context) (int64, int64, error) {

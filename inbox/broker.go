@@ -114,7 +114,9 @@ func WithHub(h *notify.Hub) Option {
 // ListenNotify turns on Postgres LISTEN/NOTIFY wake-ups: the broker keeps
 // one connection of its pool for its whole life to listen on the channel of
 // every subscribed table, and each publish sends pg_notify(table, group)
-// right after its write. Off by default; refused on SQLite.
+// right after its write (Publish marks the group with its hub, whose
+// listener then skips it: see notify.Hub.Stamp). Off by default; refused on
+// SQLite.
 func ListenNotify() Option {
 	return func(c *brokerConfig) error { c.notify = true; return nil }
 }

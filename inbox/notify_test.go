@@ -2,8 +2,11 @@ package inbox_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
@@ -148,5 +151,103 @@ func TestNotifyWithSmallPool(t *testing.T) {
 	}
 	if _, err := inbox.Open(url, inbox.ListenNotify(), inbox.MaxConns(2)); err == nil {
 		t.Fatal("a pool of two with a listener was accepted")
+	}
+}
+
+// A publish with ListenNotify wakes its own process once: the hub at once,
+// and its own notification, read back by the listener, is skipped. Woken
+// twice, a subscription claimed again, found nothing, and held the next
+// publish's claim for the wake cooldown.
+func TestPublishWithNotifyClaimsOnce(t *testing.T) {
+	url := inboxtest.Postgres(t)
+	b := open(t, url, inbox.ListenNotify(), inbox.PollInterval(time.Minute))
+	q := inbox.MustQueue[Job]("jobs")
+	got := make(chan Job, 10)
+	// Four workers: a claim for one row comes back short, and is not
+	// repeated at once as a full one is.
+	sub, err := inbox.Subscribe(b, q, func(ctx context.Context, j Job) error { got <- j; return nil }, inbox.Workers(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inboxtest.RunSubscription(t, sub)
+	<-b.Listener().Ready()
+	inboxtest.Idle(t, sub)
+	before := sub.Stats().Claims
+	const n = 5
+	for i := range n {
+		if _, err := inbox.Publish(context.Background(), b, q, Job{Payload: []byte("p")}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-got:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("publish %d not handled within 20s (poll: a minute)", i)
+		}
+		// The notification of this publish is read before the next: a
+		// notification sent after it has come through the listener.
+		w := inboxtestHubWait(t, b)
+		if _, err := b.DB().Exec("SELECT pg_notify('jobs', 'last')"); err != nil {
+			t.Fatal(err)
+		}
+		w()
+		inboxtest.Idle(t, sub)
+	}
+	// Each marker notification ('last') is a wake of its own, keyed to no
+	// group the subscription filters on: it claims once too.
+	if claims := sub.Stats().Claims - before; claims != 2*n {
+		t.Fatalf("%d publishes (and %d marker notifications) made %d claims, want %d: a publish's own notification woke its process again", n, n, claims, 2*n)
+	}
+}
+
+// With ListenNotify, Publish stamps its notification with its hub (which
+// it wakes itself: the hub's listener skips it), and PublishTx does not
+// (its wake may come before the commit; the notification, at commit, is
+// the one that finds the row).
+func TestPublishStampsItsNotification(t *testing.T) {
+	url := inboxtest.Postgres(t)
+	b := open(t, url, inbox.ListenNotify())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN jobs"); err != nil {
+		t.Fatal(err)
+	}
+	// Other tests notify on "jobs" too: this one's group tells its own.
+	group := "stamp-" + time.Now().Format("150405.000000000")
+	q := inbox.MustQueue[Job]("jobs").Group(group)
+	next := func(what string) string {
+		t.Helper()
+		for {
+			n, err := conn.WaitForNotification(ctx)
+			if err != nil {
+				t.Fatalf("%s: no notification: %v", what, err)
+			}
+			if strings.HasPrefix(n.Payload, group) {
+				return n.Payload
+			}
+		}
+	}
+	if _, err := inbox.Publish(ctx, b, q, Job{Payload: []byte("p")}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := next("Publish"), b.Hub().Stamp(group); got != want {
+		t.Fatalf("Publish notified %q, want %q (stamped with its hub)", got, want)
+	}
+	tx, err := b.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inbox.PublishTx(ctx, b, tx, q, Job{Payload: []byte("p")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := next("PublishTx"); got != group {
+		t.Fatalf("PublishTx notified %q, want %q (unstamped)", got, group)
 	}
 }

@@ -93,7 +93,7 @@ func Publish[T any](ctx context.Context, b *Broker, q Queue[T], row T, opts ...P
 	if err := b.writer.Lock(ctx); err != nil {
 		return 0, fmt.Errorf("inbox: publish to %q: waiting for the turn to write: %w", q.table, err)
 	}
-	id, err := publish(ctx, b, b.db, q, row, opts, func(query string, args ...any) *sql.Row {
+	id, err := publish(ctx, b, b.db, q, row, opts, true, func(query string, args ...any) *sql.Row {
 		return b.db.QueryRowContext(ctx, query, args...)
 	})
 	b.writer.Unlock()
@@ -127,7 +127,9 @@ func PublishTx[T any](ctx context.Context, b *Broker, tx any, q Queue[T], row T,
 	default:
 		return 0, fmt.Errorf("inbox: PublishTx takes a *sql.Tx, *sqlx.Tx or pgx.Tx, got %T", tx)
 	}
-	id, err := publish(ctx, b, catalog, q, row, opts, func(query string, args ...any) scanner { return queryRow(query, args...) })
+	// Unstamped: this process's wake below may come before the commit, and
+	// the notification, delivered at commit, is the wake that finds the row.
+	id, err := publish(ctx, b, catalog, q, row, opts, false, func(query string, args ...any) scanner { return queryRow(query, args...) })
 	if err != nil {
 		return 0, err
 	}
@@ -137,7 +139,10 @@ func PublishTx[T any](ctx context.Context, b *Broker, tx any, q Queue[T], row T,
 
 type scanner interface{ Scan(dest ...any) error }
 
-func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Querier, q Queue[T], row T, opts []PublishOption, queryRow func(string, ...any) S) (int64, error) {
+// publish writes row; with ListenNotify it notifies too, stamped (see
+// notify.Hub.Stamp) when the caller wakes this process's hub after the
+// commit.
+func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Querier, q Queue[T], row T, opts []PublishOption, stamped bool, queryRow func(string, ...any) S) (int64, error) {
 	if q.shape == nil {
 		return 0, fmt.Errorf("inbox: publish to a zero Queue: make it with NewQueue")
 	}
@@ -165,7 +170,11 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 	}
 	args = append(args, lockedUntil)
 	if b.listener != nil {
-		args = append(args, q.table, q.group)
+		payload := q.group
+		if stamped {
+			payload = b.hub.Stamp(q.group)
+		}
+		args = append(args, q.table, payload)
 	}
 	var id int64
 	if err := queryRow(query, args...).Scan(&id); err != nil {

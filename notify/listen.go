@@ -170,7 +170,9 @@ func (l *Listener) session(ctx context.Context, lost *bool) error {
 				}
 				return err
 			}
-			l.hub.Wake(n.Channel, n.Payload)
+			if key, from := unstamp(n.Payload); from != l.hub.id {
+				l.hub.Wake(n.Channel, key)
+			}
 		}
 	})
 }

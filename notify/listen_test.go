@@ -78,3 +78,51 @@ func TestListenerCarriesNotifyAndSurvivesTermination(t *testing.T) {
 		t.Fatalf("Run returned %v, want context.Canceled", err)
 	}
 }
+
+// A notification stamped by the listener's own hub is skipped (its writer
+// woke this process already); one stamped by another hub wakes by its key,
+// as an unstamped one does. Notifications of one session arrive in order, so
+// once the later ones have woken their waiters the skipped one is known to
+// have been read.
+func TestListenerSkipsItsOwnHubsStamp(t *testing.T) {
+	db := postgres(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hub, other := notify.NewHub(), notify.NewHub()
+	l := notify.NewListener(db, hub, nil)
+	channel := "notify_stamp_" + time.Now().Format("150405.000000")
+	own, theirs, plain := hub.Subscribe(channel, "own"), hub.Subscribe(channel, "theirs"), hub.Subscribe(channel, "plain")
+	for _, w := range []*notify.Waiter{own, theirs, plain} {
+		defer w.Close()
+	}
+	l.Listen(channel)
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	select {
+	case <-l.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("listener not ready within 10s")
+	}
+	for _, w := range []*notify.Waiter{own, theirs, plain} {
+		waitWake(t, w, "the wake after the first connection")
+	}
+	conn, err := db.Conn(ctx) // one session: its notifications arrive in order
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, payload := range []string{hub.Stamp("own"), other.Stamp("theirs"), "plain"} {
+		if _, err := conn.ExecContext(ctx, "SELECT pg_notify($1, $2)", channel, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitWake(t, theirs, "a notification stamped by another hub")
+	waitWake(t, plain, "an unstamped notification")
+	select {
+	case <-own.C():
+		t.Fatal("a notification stamped by the listener's own hub woke its waiter")
+	default:
+	}
+	cancel()
+	<-done
+}

@@ -89,13 +89,7 @@ func TestNotifyWakesOtherInstances(t *testing.T) {
 func TestNotifyBurstCoalesces(t *testing.T) {
 	url := inboxtest.Postgres(t)
 	b := open(t, url, inbox.ListenNotify(), inbox.PollInterval(time.Minute))
-	sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	inboxtest.RunSubscription(t, sub)
-	<-b.Listener().Ready()
-	inboxtest.Idle(t, sub)
+	sub := listening(t, b, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil })
 	before := sub.Stats().Claims
 	// Distinct payloads: Postgres folds identical notifications of one
 	// transaction into one.
@@ -117,6 +111,20 @@ func TestNotifyBurstCoalesces(t *testing.T) {
 	if claims < 1 {
 		t.Fatal("1000 notifications caused no claim at all")
 	}
+}
+
+// listening runs a subscription of q on b until the test ends, and returns
+// it once b's listener listens and the subscription is idle.
+func listening(t *testing.T, b *inbox.Broker, q inbox.Queue[Job], h inbox.Handler[Job], opts ...inbox.SubOption) *inbox.Subscription {
+	t.Helper()
+	sub, err := inbox.Subscribe(b, q, h, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inboxtest.RunSubscription(t, sub)
+	<-b.Listener().Ready()
+	inboxtest.Idle(t, sub)
+	return sub
 }
 
 // inboxtestHubWait subscribes to the "jobs"/"last" wake and returns a wait.
@@ -165,13 +173,7 @@ func TestPublishWithNotifyClaimsOnce(t *testing.T) {
 	got := make(chan Job, 10)
 	// Four workers: a claim for one row comes back short, and is not
 	// repeated at once as a full one is.
-	sub, err := inbox.Subscribe(b, q, func(ctx context.Context, j Job) error { got <- j; return nil }, inbox.Workers(4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	inboxtest.RunSubscription(t, sub)
-	<-b.Listener().Ready()
-	inboxtest.Idle(t, sub)
+	sub := listening(t, b, q, func(ctx context.Context, j Job) error { got <- j; return nil }, inbox.Workers(4))
 	before := sub.Stats().Claims
 	const n = 5
 	for i := range n {

@@ -34,6 +34,21 @@ func waitWake(t *testing.T, w *notify.Waiter, what string) {
 	}
 }
 
+// startListener listens on channel and runs l until ctx ends, once it is
+// ready; Run's error comes on the channel returned.
+func startListener(t *testing.T, ctx context.Context, l *notify.Listener, channel string) chan error {
+	t.Helper()
+	l.Listen(channel)
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	select {
+	case <-l.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("listener not ready within 10s")
+	}
+	return done
+}
+
 func TestListenerCarriesNotifyAndSurvivesTermination(t *testing.T) {
 	db := postgres(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -43,14 +58,7 @@ func TestListenerCarriesNotifyAndSurvivesTermination(t *testing.T) {
 	channel := "notify_test_" + time.Now().Format("150405.000000")
 	w := hub.Subscribe(channel, "eu")
 	defer w.Close()
-	l.Listen(channel)
-	done := make(chan error, 1)
-	go func() { done <- l.Run(ctx) }()
-	select {
-	case <-l.Ready():
-	case <-time.After(10 * time.Second):
-		t.Fatal("listener not ready within 10s")
-	}
+	done := startListener(t, ctx, l, channel)
 	waitWake(t, w, "the wake after the first connection") // a fresh session wakes everyone once
 
 	start := time.Now()
@@ -95,14 +103,7 @@ func TestListenerSkipsItsOwnHubsStamp(t *testing.T) {
 	for _, w := range []*notify.Waiter{own, theirs, plain} {
 		defer w.Close()
 	}
-	l.Listen(channel)
-	done := make(chan error, 1)
-	go func() { done <- l.Run(ctx) }()
-	select {
-	case <-l.Ready():
-	case <-time.After(10 * time.Second):
-		t.Fatal("listener not ready within 10s")
-	}
+	done := startListener(t, ctx, l, channel)
 	for _, w := range []*notify.Waiter{own, theirs, plain} {
 		waitWake(t, w, "the wake after the first connection")
 	}

@@ -445,11 +445,13 @@ func (s *Subscription) Run(ctx context.Context) error {
 		settling    = 0
 		settleSlots = make(chan struct{}, s.cfg.workers)
 		// Workers count what they freed and what is settling, and kick the
-		// loop when it has something to decide: in a form that claims for
-		// every free worker with one claim in flight (lease), at the first
-		// worker freed, at half of them and at all (the gather's points),
-		// and when the last settlement ends; otherwise at every freeing. The
-		// loop reads the counts on every turn. Kicks that come while the
+		// loop when it has something to decide: in the lease form with one
+		// claim in flight, at the first worker freed, at half of them and at
+		// all (the gather's points), and when the last settlement ends; in
+		// the forms that hold a connection a job (row lock, advisory), and
+		// with several claims in flight, at every freeing and every
+		// settlement's end (a connection freed may be what the loop waits
+		// on, see Held). The loop reads the counts on every turn. Kicks that come while the
 		// loop is busy fold into one. (A kick a job woke the loop about
 		// once a job; with these, and the acker woken likewise, a Postgres
 		// drain of 200k jobs 2x100 took 5.2-5.8 us of the process's CPU a
@@ -504,13 +506,13 @@ func (s *Subscription) Run(ctx context.Context) error {
 	// A settlement ends here, on the worker after its freeing, or on the
 	// form's own goroutine for an ack the form sends without a waiter.
 	var acking sync.WaitGroup // acks sent without a waiter, not yet answered
+	kickEach := !s.leaseForm || maxClaims > 1
 	endSettlement := func() {
 		<-settleSlots
-		if settlingN.Add(-1) == 0 {
+		if settlingN.Add(-1) == 0 || kickEach {
 			poke(kick)
 		}
 	}
-	kickEach := maxClaims > 1 || s.claimer.Batch() != 0
 	firstFree, halfFree := int64(s.cfg.workers-1), int64(s.cfg.workers-(s.cfg.workers+1)/2)
 	// An ack sent without a waiter keeps its handling in an ackWait until
 	// it is answered; they are reused, with the callback each was made
@@ -532,6 +534,10 @@ func (s *Subscription) Run(ctx context.Context) error {
 		w := s.newWatch(log)
 		for ok := true; ok; t, ok = <-tasks {
 			h := s.work(handlerCtx, w, t.j, t.at)
+			// A claim's Jobs may share one slab (claim.Scanner): the user's
+			// row is dropped now, so a job still in work does not keep its
+			// claim-mates' rows (and payloads) alive.
+			t.j.Value = nil
 			settleSlots <- struct{}{}
 			settlingN.Add(1)
 			freed.Add(1)
@@ -549,11 +555,12 @@ func (s *Subscription) Run(ctx context.Context) error {
 			endSettlement()
 		}
 	}
-	// Claims are sent from kept goroutines too, one for each claim in
-	// flight at most: a new goroutine's stack grows again through the
-	// driver's calls on every claim (stack copying was 6% of the process's
-	// CPU in a Postgres drain). They end when the loop does, which waits
-	// for the claims in flight first.
+	// Claims are sent from kept goroutines too: a claim goes to one that
+	// waits, or to a new one when none does yet (about one for each claim
+	// in flight): a new goroutine's stack grows again through the driver's
+	// calls on every claim (stack copying was 6% of the process's CPU in a
+	// Postgres drain). They end when the loop does, which waits for the
+	// claims in flight first.
 	claims := make(chan claimReq)
 	claiming := func(r claimReq) {
 		for ok := true; ok; r, ok = <-claims {

@@ -171,7 +171,9 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 	args = append(args, lockedUntil)
 	if b.listener != nil {
 		payload := q.group
-		if stamped {
+		// A payload must stay under Postgres's 8000 bytes: a group too
+		// long for the stamp goes unstamped (its process is woken twice).
+		if stamped && len(q.group) < 7900 {
 			payload = b.hub.Stamp(q.group)
 		}
 		args = append(args, q.table, payload)

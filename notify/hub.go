@@ -48,16 +48,28 @@ const stampSep = "\x1f"
 // publish's claim: Postgres with ListenNotify, publish to handler start p50
 // 2.6 ms; skipped, 0.6 ms.) Other processes read the key and wake as for an
 // unstamped payload.
+//
+// A listener of an earlier version, which takes the whole payload for the
+// key, wakes only its subscriptions of every group on a stamped payload, and
+// the others at their poll: during a rolling upgrade from one, publishes of
+// the new version reach grouped subscriptions of the old at the poll.
 func (h *Hub) Stamp(key string) string { return key + stampSep + h.id }
 
 // unstamp splits a payload into its key and the id of the hub that stamped
-// it ("" for an unstamped payload).
+// it ("" for an unstamped payload: one that does not end in the separator
+// and 16 lowercase hex digits).
 func unstamp(payload string) (key, hub string) {
 	i := strings.LastIndex(payload, stampSep)
 	if i < 0 || len(payload)-i-len(stampSep) != 16 {
 		return payload, ""
 	}
-	return payload[:i], payload[i+len(stampSep):]
+	id := payload[i+len(stampSep):]
+	for _, c := range []byte(id) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return payload, ""
+		}
+	}
+	return payload[:i], id
 }
 
 // Waiter receives the wakes of one channel and key.

@@ -70,8 +70,8 @@ func Fill(ctx context.Context, db *sql.DB, table string, n int) (first int64, er
 // where the last checkpoint fell (with a CHECKPOINT first: 10.7-11.2, four
 // runs). Every runner of a side-by-side gets one before its fill. Without
 // the right to run it (superuser or pg_checkpoint) it says so on stderr and
-// the bench goes on, with figures that vary more.
-// exec runs a statement on the database.
+// the bench goes on, with figures that vary more. exec runs a statement on
+// the database.
 func Checkpoint(ctx context.Context, exec func(ctx context.Context, query string) error) {
 	if err := exec(ctx, "CHECKPOINT"); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: CHECKPOINT before the fill failed (%v); drains may meet a checkpoint and vary more: run as a superuser or a member of pg_checkpoint\n", err)

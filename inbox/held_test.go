@@ -108,16 +108,7 @@ func TestSettlementFreeingAConnectionWakesTheLoop(t *testing.T) {
 		c.open()
 		<-done
 	}()
-	wait := func(ch chan int64, n int, what string) {
-		t.Helper()
-		for i := range n {
-			select {
-			case <-ch:
-			case <-time.After(30 * time.Second):
-				t.Fatalf("%s: %d of %d within 30s", what, i, n)
-			}
-		}
-	}
+	wait := func(ch chan int64, n int, what string) { t.Helper(); receiveN(t, ch, n, what) }
 	wait(started, 1, "the first handler started")
 	conns := int(c.conns.Load()) // known once the form is made
 	if conns < 2 || conns >= 4 {

@@ -86,3 +86,15 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// receiveN receives n values from ch, failing the test after 30s.
+func receiveN[T any](t *testing.T, ch chan T, n int, what string) {
+	t.Helper()
+	for i := range n {
+		select {
+		case <-ch:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: %d of %d within 30s", what, i, n)
+		}
+	}
+}

@@ -38,13 +38,7 @@ func TestFreedWorkersGetRowsWithoutAPoll(t *testing.T) {
 		})
 		waitStarts := func(n int, what string) {
 			t.Helper()
-			for i := range n {
-				select {
-				case <-started:
-				case <-time.After(30 * time.Second):
-					t.Fatalf("%s: %d of %d handlers started within 30s (the poll is an hour away)", what, i, n)
-				}
-			}
+			receiveN(t, started, n, what+" (handlers started; the poll is an hour away)")
 		}
 		waitStarts(4, "the first claim")
 		release <- struct{}{} // one worker of four freed

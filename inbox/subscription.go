@@ -451,11 +451,11 @@ func (s *Subscription) Run(ctx context.Context) error {
 		// the forms that hold a connection a job (row lock, advisory), and
 		// with several claims in flight, at every freeing and every
 		// settlement's end (a connection freed may be what the loop waits
-		// on, see Held). The loop reads the counts on every turn. Kicks that come while the
-		// loop is busy fold into one. (A kick a job woke the loop about
-		// once a job; with these, and the acker woken likewise, a Postgres
-		// drain of 200k jobs 2x100 took 5.2-5.8 us of the process's CPU a
-		// job, against 5.9-6.3, four runs each.)
+		// on, see Held). The loop reads the counts on every turn. Kicks
+		// that come while the loop is busy fold into one. (A kick a job
+		// woke the loop about once a job; with these, and the acker woken
+		// likewise, a Postgres drain of 200k jobs 2x100 took 5.2-5.8 us of
+		// the process's CPU a job, against 5.9-6.3, four runs each.)
 		freed, settlingN, handlingN atomic.Int64
 		kick                        = make(chan struct{}, 1)
 		poll                        = b.clock.NewTimer(b.poll)

@@ -74,6 +74,20 @@ func InDatabase(c Clock) bool {
 	return ok
 }
 
+// OnHost reports whether c's timers run on the host's clock: Host (or nil),
+// or Database pacing on Host.
+func OnHost(c Clock) bool {
+	switch c := OrHost(c).(type) {
+	case Host:
+		return true
+	case Database:
+		return OnHost(c.Clock)
+	case *Database:
+		return OnHost(c.Clock)
+	}
+	return false
+}
+
 // Sleep waits d on clock c, or until ctx is done, whichever is first.
 func Sleep(ctx context.Context, c Clock, d time.Duration) error {
 	if d <= 0 {

@@ -61,6 +61,21 @@ func TestInDatabase(t *testing.T) {
 	}
 }
 
+func TestOnHost(t *testing.T) {
+	fake := clock.NewFake(time.Now())
+	for _, c := range []struct {
+		c    clock.Clock
+		want bool
+	}{
+		{nil, true}, {clock.Host{}, true}, {clock.Database{}, true}, {&clock.Database{Clock: clock.Host{}}, true},
+		{fake, false}, {clock.Database{Clock: fake}, false}, {&clock.Database{Clock: fake}, false},
+	} {
+		if got := clock.OnHost(c.c); got != c.want {
+			t.Errorf("OnHost(%#v) = %v, want %v", c.c, got, c.want)
+		}
+	}
+}
+
 // TestAfterFunc: on a fake clock the function runs once the clock passes its
 // time and not before, and a stopped one never runs; on the host clock (and
 // the database clock over it) it runs once its time has passed.

@@ -864,16 +864,7 @@ type watch struct {
 
 // newWatch returns a worker's watch.
 func (s *Subscription) newWatch(log *slog.Logger) *watch {
-	keep := false
-	switch c := clock.OrHost(s.b.clock).(type) {
-	case clock.Host:
-		keep = true
-	case clock.Database:
-		_, keep = clock.OrHost(c.Clock).(clock.Host)
-	case *clock.Database:
-		_, keep = clock.OrHost(c.Clock).(clock.Host)
-	}
-	return &watch{s: s, log: log, every: s.cfg.lease * 2 / 3, keep: keep, handled: true}
+	return &watch{s: s, log: log, every: s.cfg.lease * 2 / 3, keep: clock.OnHost(s.b.clock), handled: true}
 }
 
 // begin watches the handler of j, started at now.

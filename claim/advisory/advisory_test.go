@@ -13,7 +13,12 @@ import (
 	"github.com/sqlinbox/sqlinbox/migrations"
 )
 
-// newClaimer makes the form's claimer on a fresh reference table "jobs".
+// newClaimer makes the form's claimer on a fresh reference table "advisory_jobs".
+// The tests' table has a name of its own: an advisory lock's class comes
+// from the table's name, and the packages tested beside this one lock rows
+// of tables named jobs (in other schemas, with the same ids) in the same
+// database, which this package's counts of pg_locks and skipped rows would
+// see.
 func newClaimer(t *testing.T) (*claimer, *sql.DB) {
 	t.Helper()
 	url := inboxtest.Postgres(t)
@@ -23,12 +28,12 @@ func newClaimer(t *testing.T) (*claimer, *sql.DB) {
 	}
 	t.Cleanup(func() { db.Close() })
 	ctx := context.Background()
-	if err := migrations.Apply(ctx, db, "jobs"); err != nil {
+	if err := migrations.Apply(ctx, db, "advisory_jobs"); err != nil {
 		t.Fatal(err)
 	}
 	tbl := claim.Table{
-		Table:    dialect.Table{Name: `"jobs"`, ID: `"id"`, LockedUntil: `"locked_until"`, Attempts: `"attempts"`, LastError: `"last_error"`},
-		Unquoted: "jobs",
+		Table:    dialect.Table{Name: `"advisory_jobs"`, ID: `"id"`, LockedUntil: `"locked_until"`, Attempts: `"attempts"`, LastError: `"last_error"`},
+		Unquoted: "advisory_jobs",
 		Times:    dialect.Times{Kind: dialect.Postgres, Encoding: dialect.Timestamptz},
 		New:      func(dest []any) (any, []any) { return nil, dest },
 	}
@@ -38,7 +43,7 @@ func newClaimer(t *testing.T) (*claimer, *sql.DB) {
 		t.Fatal(err)
 	}
 	for range 4 {
-		if _, err := db.Exec("INSERT INTO jobs (payload) VALUES ('p')"); err != nil {
+		if _, err := db.Exec("INSERT INTO advisory_jobs (payload) VALUES ('p')"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -49,7 +54,7 @@ func locks(t *testing.T, db *sql.DB) int {
 	t.Helper()
 	var n int
 	if err := db.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::int::oid
-		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, Class("jobs")).Scan(&n); err != nil {
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, Class("advisory_jobs")).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -66,14 +71,14 @@ func TestRereadAndSkip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	if _, err := other.ExecContext(ctx, "SELECT pg_advisory_lock($1, 1)", Class("jobs")); err != nil {
+	if _, err := other.ExecContext(ctx, "SELECT pg_advisory_lock($1, 1)", Class("advisory_jobs")); err != nil {
 		t.Fatal(err)
 	}
 	afterLock = func(ids []int64) {
-		if _, err := db.Exec("DELETE FROM jobs WHERE id = 2"); err != nil {
+		if _, err := db.Exec("DELETE FROM advisory_jobs WHERE id = 2"); err != nil {
 			t.Error(err)
 		}
-		if _, err := db.Exec("UPDATE jobs SET locked_until = now() + interval '1 hour' WHERE id = 3"); err != nil {
+		if _, err := db.Exec("UPDATE advisory_jobs SET locked_until = now() + interval '1 hour' WHERE id = 3"); err != nil {
 			t.Error(err)
 		}
 	}
@@ -147,7 +152,7 @@ func TestSharedConnection(t *testing.T) {
 	}
 	var attempts int
 	var lastError string
-	if err := db.QueryRow("SELECT attempts, last_error FROM jobs WHERE id = $1", jobs[1].ID).Scan(&attempts, &lastError); err != nil {
+	if err := db.QueryRow("SELECT attempts, last_error FROM advisory_jobs WHERE id = $1", jobs[1].ID).Scan(&attempts, &lastError); err != nil {
 		t.Fatal(err)
 	}
 	if attempts != 1 || lastError != "later" {
@@ -181,7 +186,7 @@ func ids(jobs []*claim.Job) []int64 {
 func TestStepPastHeld(t *testing.T) {
 	c, db := newClaimer(t)
 	ctx := context.Background()
-	if _, err := db.Exec("INSERT INTO jobs (payload) SELECT 'p' FROM generate_series(1, 96)"); err != nil {
+	if _, err := db.Exec("INSERT INTO advisory_jobs (payload) SELECT 'p' FROM generate_series(1, 96)"); err != nil {
 		t.Fatal(err)
 	}
 	other, err := db.Conn(ctx)
@@ -190,7 +195,7 @@ func TestStepPastHeld(t *testing.T) {
 	}
 	defer other.Close()
 	const held = 80 // rows 1 to 80: more than two statements of 2*2+walkSlack tries
-	if _, err := other.ExecContext(ctx, "SELECT pg_advisory_lock($1, g) FROM generate_series(1, $2::int) AS g", Class("jobs"), held); err != nil {
+	if _, err := other.ExecContext(ctx, "SELECT pg_advisory_lock($1, g) FROM generate_series(1, $2::int) AS g", Class("advisory_jobs"), held); err != nil {
 		t.Fatal(err)
 	}
 	jobs, err := c.Claim(ctx, 2)
@@ -219,7 +224,7 @@ func TestStepPastHeld(t *testing.T) {
 func TestStepPastManyHeld(t *testing.T) {
 	c, db := newClaimer(t)
 	ctx := context.Background()
-	if _, err := db.Exec("INSERT INTO jobs (payload) SELECT 'p' FROM generate_series(1, 400)"); err != nil {
+	if _, err := db.Exec("INSERT INTO advisory_jobs (payload) SELECT 'p' FROM generate_series(1, 400)"); err != nil {
 		t.Fatal(err)
 	}
 	other, err := db.Conn(ctx)
@@ -228,11 +233,11 @@ func TestStepPastManyHeld(t *testing.T) {
 	}
 	defer other.Close()
 	var first int64
-	if err := db.QueryRow("SELECT min(id) FROM jobs").Scan(&first); err != nil {
+	if err := db.QueryRow("SELECT min(id) FROM advisory_jobs").Scan(&first); err != nil {
 		t.Fatal(err)
 	}
 	const held = 204 // the four rows newClaimer writes, and 200 more
-	if _, err := other.ExecContext(ctx, "SELECT pg_advisory_lock($1, (g % 4294967296)::bigint::bit(32)::int) FROM generate_series($2::bigint, $2::bigint + $3 - 1) AS g", Class("jobs"), first, held); err != nil {
+	if _, err := other.ExecContext(ctx, "SELECT pg_advisory_lock($1, (g % 4294967296)::bigint::bit(32)::int) FROM generate_series($2::bigint, $2::bigint + $3 - 1) AS g", Class("advisory_jobs"), first, held); err != nil {
 		t.Fatal(err)
 	}
 	jobs, err := c.Claim(ctx, 1)

@@ -47,7 +47,7 @@ BEGIN
 	PERFORM pg_advisory_xact_lock(%d, OLD.id::int);
 	RETURN OLD;
 END $$;
-CREATE CONSTRAINT TRIGGER jobs_gate AFTER DELETE ON jobs DEFERRABLE INITIALLY DEFERRED
+CREATE CONSTRAINT TRIGGER jobs_gate AFTER DELETE ON advisory_jobs DEFERRABLE INITIALLY DEFERRED
 	FOR EACH ROW EXECUTE FUNCTION jobs_gate();`, gateClass)); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ CREATE CONSTRAINT TRIGGER jobs_gate AFTER DELETE ON jobs DEFERRABLE INITIALLY DE
 		}
 	}
 	var left []int64
-	rows, err := db.Query("SELECT id FROM jobs ORDER BY id")
+	rows, err := db.Query("SELECT id FROM advisory_jobs ORDER BY id")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -170,6 +170,19 @@ func Open(url string, opts ...Option) (*Broker, error) {
 	return b, nil
 }
 
+// OpenDB opens a pool for one of the URLs Open takes, configured as Open
+// configures its own: on SQLite, write transactions that begin with BEGIN
+// IMMEDIATE, a busy timeout, WAL for files and a bounded page cache. Use it
+// for the pools you hand to lock.NewSQL, schedule.New or New. The pool is
+// the caller's: size it with SetMaxOpenConns and close it when done.
+func OpenDB(url string) (*sql.DB, error) {
+	db, _, err := dialect.Open(url)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
+	}
+	return db, nil
+}
+
 // New makes a broker on a pool the caller already has and keeps: a
 // *sql.DB (drivers modernc.org/sqlite or pgx's stdlib), a *sqlx.DB or a
 // *pgxpool.Pool. Subscriptions size their claims to the pool: they never hold

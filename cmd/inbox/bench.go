@@ -70,7 +70,7 @@ func benchThroughput(ctx context.Context, args []string) error {
 	formName := fs.String("form", "lease", "claim form: "+formNames("|"))
 	jobs := fs.Int("jobs", 100000, "rows to fill and drain")
 	instances := fs.Int("instances", 1, "brokers, each with a pool of its own")
-	workers := fs.Int("workers", 100, "workers per instance")
+	workers := fs.Int("workers", 100, "workers per instance (with --procs: in all)")
 	conns := fs.Int("conns", 0, "pool size per instance (0: the library's default)")
 	notifyOn := fs.Bool("notify", false, "Postgres LISTEN/NOTIFY wake-ups")
 	table := fs.String("table", "bench_jobs", "table to (re)create and drain")
@@ -78,11 +78,25 @@ func benchThroughput(ctx context.Context, args []string) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the drain to this file")
 	memProfile := fs.String("memprofile", "", "write a heap profile to this file when half the rows are acknowledged")
 	txFloor := fs.Int("tx-floor", 0, "after the drain, refill and drain again with this many bare per-job transaction loops (Postgres; the row-lock and advisory forms' floor), and print both")
+	procs := fs.String("procs", "", "instance sweep: drain with each number of separate processes in turn (e.g. 2,4,8), --workers split evenly among them")
+	rounds := fs.Int("rounds", 1, "with --procs: times to run the whole sweep")
+	waits := fs.Bool("waits", false, "with --procs on Postgres: sample pg_stat_activity's wait events every 10 ms during each drain")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *db == "" {
 		return fmt.Errorf("--db is required")
+	}
+	if *procs != "" {
+		ps, err := parseProcs(*procs)
+		if err != nil {
+			return err
+		}
+		if _, err := formByName(*formName); err != nil {
+			return err
+		}
+		return benchProcs(ctx, procsRun{db: *db, form: *formName, table: *table, procs: ps, workers: *workers, conns: *conns,
+			jobs: *jobs, rounds: max(1, *rounds), notify: *notifyOn, waits: *waits, timeout: *timeout})
 	}
 	form, err := formByName(*formName)
 	if err != nil {

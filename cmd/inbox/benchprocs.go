@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/internal/benchkit"
+)
+
+func init() {
+	register("bench-proc", "", benchProc)
+}
+
+// benchProc is one child of `bench throughput --procs`: one broker, one
+// subscription, driven by the parent over stdin and stdout.
+func benchProc(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench-proc", flag.ContinueOnError)
+	db := fs.String("db", "", "database URL")
+	formName := fs.String("form", "lease", "claim form")
+	table := fs.String("table", "bench_jobs", "table")
+	workers := fs.Int("workers", 100, "workers")
+	conns := fs.Int("conns", 0, "pool size")
+	notifyOn := fs.Bool("notify", false, "LISTEN/NOTIFY")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	form, err := formByName(*formName)
+	if err != nil {
+		return err
+	}
+	c, err := benchkit.NewLibChild(benchkit.Config{URL: *db, Table: *table, Form: form, Workers: *workers, Conns: *conns, Notify: *notifyOn})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return benchkit.ServeChild(ctx, os.Stdin, os.Stdout, c)
+}
+
+// procsRun is the instance sweep of `bench throughput --procs`.
+type procsRun struct {
+	db, form, table string
+	procs           []int
+	workers         int // in all, split evenly among the processes
+	conns           int
+	jobs, rounds    int
+	notify, waits   bool
+	timeout         time.Duration
+}
+
+// parseProcs reads "2,4,8".
+func parseProcs(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("--procs %q: want a comma-separated list of process counts, such as 2,4,8", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// benchProcs fills the table before each drain and drains it with each
+// split in turn, every round, all in one run, so the ratios between the
+// splits are of back-to-back drains on the same machine. The last line
+// gives the median jobs/s of each split and the median of each round's
+// ratio to the first split.
+func benchProcs(ctx context.Context, r procsRun) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	setup, err := inbox.Open(r.db)
+	if err != nil {
+		return err
+	}
+	defer setup.Close()
+	rates := make([][]float64, len(r.procs))
+	ratios := make([][]float64, len(r.procs))
+	for round := range r.rounds {
+		for i, p := range r.procs {
+			w := max(1, r.workers/p)
+			first, err := benchkit.Fill(ctx, setup.DB(), r.table, r.jobs)
+			if err != nil {
+				return err
+			}
+			_ = first
+			var cmds []*exec.Cmd
+			for range p {
+				args := []string{"bench-proc", "--db", r.db, "--form", r.form, "--table", r.table, "--workers", strconv.Itoa(w), "--conns", strconv.Itoa(r.conns)}
+				if r.notify {
+					args = append(args, "--notify")
+				}
+				cmds = append(cmds, exec.CommandContext(ctx, exe, args...))
+			}
+			var waits benchkit.Waits
+			cfg := benchkit.ProcsConfig{Commands: cmds, Jobs: r.jobs, Timeout: r.timeout, Progress: os.Stderr}
+			pg := dbKind(r.db) == "postgres"
+			if r.waits && pg {
+				cfg.During = func(ctx context.Context) { benchkit.SampleWaits(ctx, setup.DB(), 10*time.Millisecond, &waits) }
+			}
+			fmt.Fprintf(os.Stderr, "round %d: draining %d rows with %d processes x %d workers, %s form\n", round+1, r.jobs, p, w, r.form)
+			c0 := benchkit.ReadDBCounters(ctx, setup.DB())
+			res, derr := benchkit.DrainProcs(ctx, cfg)
+			if derr != nil {
+				return derr
+			}
+			time.Sleep(200 * time.Millisecond) // the children's backends report as they exit
+			c1 := benchkit.ReadDBCounters(ctx, setup.DB())
+			remaining, err := benchkit.Remaining(context.WithoutCancel(ctx), setup.DB(), r.table)
+			if err != nil {
+				return err
+			}
+			rates[i] = append(rates[i], res.JobsPerSec)
+			if i > 0 {
+				ratios[i] = append(ratios[i], res.JobsPerSec/rates[0][round])
+			}
+			line := fmt.Sprintf("round=%d procs=%d workers=%d form=%s jobs=%d seconds=%.3f jobs_per_sec=%.0f claims=%d rows_per_claim=%.1f duplicates=%d lost=%d machine_cpu_us_per_job=%.1f",
+				round+1, p, w, r.form, r.jobs, res.Seconds, res.JobsPerSec, res.Claims, float64(r.jobs)/float64(max(res.Claims, 1)),
+				max(0, res.Handled-int64(r.jobs)), remaining, res.CPUPerJob(r.jobs))
+			if pg {
+				line += " " + benchkit.PerJob(c0, c1, r.jobs)
+			}
+			if r.waits && pg {
+				line += " waits: " + waits.String()
+			}
+			fmt.Println(line)
+		}
+	}
+	var sum []string
+	for i, p := range r.procs {
+		shape := fmt.Sprintf("%dx%d", p, max(1, r.workers/p))
+		sum = append(sum, fmt.Sprintf("sweep_%s_jobs_per_sec=%.0f", shape, median(rates[i])))
+		if i > 0 {
+			sum = append(sum, fmt.Sprintf("ratio_%s=%.2f", shape, median(ratios[i])))
+		}
+	}
+	fmt.Printf("form=%s db=%s jobs=%d rounds=%d %s\n", r.form, dbKind(r.db), r.jobs, r.rounds, strings.Join(sum, " "))
+	return nil
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return -1
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

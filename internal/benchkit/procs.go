@@ -1,0 +1,285 @@
+package benchkit
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/inbox"
+)
+
+// A drain by separate processes: the parent fills the table, starts each
+// child (the same binary, in its child mode) and waits for every one to say
+// "ready", then writes "go" to all and starts the clock. A child runs its
+// subscription and writes "acked N claims M" every few milliseconds; the
+// clock stops when the children's counts add up to the rows filled. Closing
+// a child's stdin stops it; it then writes "done handled=H acked=A
+// claims=C" and exits. Handlings beyond the rows filled are duplicates;
+// the rows left in the table, lost.
+
+// Child is one process's share of a drain.
+type Child interface {
+	Run(ctx context.Context) error
+	// Counts are the handlings, acks and claim statements so far.
+	Counts() (handled, acked, claims int64)
+}
+
+// ServeChild speaks the child's side of the protocol on in and out.
+func ServeChild(ctx context.Context, in io.Reader, out io.Writer, c Child) error {
+	lines := bufio.NewScanner(in)
+	if _, err := fmt.Fprintln(out, "ready"); err != nil {
+		return err
+	}
+	if !lines.Scan() || lines.Text() != "go" {
+		return fmt.Errorf("bench child: no go from the parent")
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	// The parent closes stdin to stop the drain.
+	go func() {
+		for lines.Scan() {
+		}
+		stop()
+	}()
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	w := bufio.NewWriter(out)
+	var runErr error
+loop:
+	for {
+		select {
+		case <-tick.C:
+			_, acked, claims := c.Counts()
+			fmt.Fprintf(w, "acked %d claims %d\n", acked, claims)
+			w.Flush()
+		case runErr = <-done:
+			break loop
+		}
+	}
+	h, a, cl := c.Counts()
+	fmt.Fprintf(w, "done handled=%d acked=%d claims=%d\n", h, a, cl)
+	w.Flush()
+	if errors.Is(runErr, context.Canceled) {
+		runErr = nil
+	}
+	return runErr
+}
+
+// LibChild is a child that drains with the library: one broker, one
+// subscription of cfg.Workers no-op handlers (cfg.Instances is ignored).
+type LibChild struct {
+	sub     *inbox.Subscription
+	b       *inbox.Broker
+	handled atomic.Int64
+}
+
+// NewLibChild opens the broker and subscribes; Close closes the broker.
+func NewLibChild(cfg Config) (*LibChild, error) {
+	q, err := inbox.NewQueue[Row](cfg.Table)
+	if err != nil {
+		return nil, err
+	}
+	var opts []inbox.Option
+	if cfg.Conns > 0 {
+		opts = append(opts, inbox.MaxConns(cfg.Conns))
+	}
+	if cfg.Notify {
+		opts = append(opts, inbox.ListenNotify())
+	}
+	b, err := inbox.Open(cfg.URL, opts...)
+	if err != nil {
+		return nil, err
+	}
+	c := &LibChild{b: b}
+	sopts := []inbox.SubOption{inbox.Workers(cfg.Workers), inbox.ShutdownTimeout(10 * time.Second)}
+	if cfg.Form != nil {
+		sopts = append(sopts, inbox.Form(cfg.Form))
+	}
+	c.sub, err = inbox.Subscribe(b, q, func(context.Context, Row) error {
+		c.handled.Add(1)
+		return nil
+	}, sopts...)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *LibChild) Run(ctx context.Context) error { return c.sub.Run(ctx) }
+func (c *LibChild) Close()                        { c.b.Close() }
+func (c *LibChild) Counts() (handled, acked, claims int64) {
+	st := c.sub.Stats()
+	return c.handled.Load(), st.Acked, st.Claims
+}
+
+// ProcsConfig is one drain by separate processes.
+type ProcsConfig struct {
+	// Commands are the children, not started; each must run ServeChild.
+	Commands []*exec.Cmd
+	Jobs     int
+	Timeout  time.Duration // zero: ten minutes
+	Progress io.Writer     // a line a second, or nil
+	// During, if set, runs while the clock runs, until its context ends
+	// (a sampler of the database's wait events).
+	During func(ctx context.Context)
+}
+
+// ProcsResult is what a drain by processes measured.
+type ProcsResult struct {
+	Result
+	Handled int64 // handlings in all; beyond Jobs, duplicates
+}
+
+type childProc struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  *bufio.Scanner
+	acked  atomic.Int64
+	claims atomic.Int64
+	final  chan string // the done line
+	stderr strings.Builder
+}
+
+// DrainProcs runs the children until their acks add up to cfg.Jobs.
+func DrainProcs(ctx context.Context, cfg ProcsConfig) (ProcsResult, error) {
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Minute
+	}
+	var kids []*childProc
+	defer func() {
+		for _, k := range kids {
+			k.stdin.Close()
+			_ = k.cmd.Wait()
+		}
+	}()
+	for _, cmd := range cfg.Commands {
+		k := &childProc{cmd: cmd, final: make(chan string, 1)}
+		var err error
+		if k.stdin, err = cmd.StdinPipe(); err != nil {
+			return ProcsResult{}, err
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return ProcsResult{}, err
+		}
+		cmd.Stderr = &k.stderr
+		if err := cmd.Start(); err != nil {
+			return ProcsResult{}, fmt.Errorf("start bench child: %w", err)
+		}
+		k.lines = bufio.NewScanner(out)
+		kids = append(kids, k)
+	}
+	for i, k := range kids {
+		if !k.lines.Scan() || k.lines.Text() != "ready" {
+			return ProcsResult{}, fmt.Errorf("bench child %d did not start: %s", i, k.stderr.String())
+		}
+	}
+	for _, k := range kids {
+		go k.read()
+	}
+	start, cpu0 := time.Now(), MachineCPU()
+	for _, k := range kids {
+		if _, err := io.WriteString(k.stdin, "go\n"); err != nil {
+			return ProcsResult{}, err
+		}
+	}
+	dctx, stopDuring := context.WithCancel(ctx)
+	var during sync.WaitGroup
+	if cfg.During != nil {
+		during.Go(func() { cfg.During(dctx) })
+	}
+	took, failed := waitAcked(ctx, cfg, kids, start)
+	cpu := cpuSince(cpu0)
+	stopDuring()
+	during.Wait()
+	var res ProcsResult
+	for i, k := range kids {
+		k.stdin.Close()
+		line := ""
+		select {
+		case line = <-k.final:
+		case <-time.After(30 * time.Second):
+		}
+		err := k.cmd.Wait()
+		if err != nil || line == "" {
+			failed = errors.Join(failed, fmt.Errorf("bench child %d: %v: %s", i, err, k.stderr.String()))
+			continue
+		}
+		f := fields(line)
+		res.Handled += f["handled"]
+		res.Claims += f["claims"]
+	}
+	kids = nil
+	res.Seconds, res.JobsPerSec, res.MachineCPU = took.Seconds(), float64(cfg.Jobs)/took.Seconds(), cpu
+	return res, failed
+}
+
+func (k *childProc) read() {
+	for k.lines.Scan() {
+		t := k.lines.Text()
+		if strings.HasPrefix(t, "done ") {
+			k.final <- t
+			continue
+		}
+		var a, c int64
+		if _, err := fmt.Sscanf(t, "acked %d claims %d", &a, &c); err == nil {
+			k.acked.Store(a)
+			k.claims.Store(c)
+		}
+	}
+	close(k.final)
+}
+
+func waitAcked(ctx context.Context, cfg ProcsConfig, kids []*childProc, start time.Time) (time.Duration, error) {
+	deadline := time.After(cfg.Timeout)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	last, lastAt := int64(0), start
+	for {
+		select {
+		case <-tick.C:
+			var n int64
+			for _, k := range kids {
+				n += k.acked.Load()
+			}
+			if n >= int64(cfg.Jobs) {
+				return time.Since(start), nil
+			}
+			if cfg.Progress != nil && time.Since(lastAt) >= time.Second {
+				now := time.Now()
+				fmt.Fprintf(cfg.Progress, "  %d/%d acked, %.0f jobs/s\n", n, cfg.Jobs, float64(n-last)/now.Sub(lastAt).Seconds())
+				last, lastAt = n, now
+			}
+		case <-deadline:
+			return time.Since(start), fmt.Errorf("drain by %d processes did not finish within %v", len(kids), cfg.Timeout)
+		case <-ctx.Done():
+			return time.Since(start), ctx.Err()
+		}
+	}
+}
+
+// fields parses "k=v k=v" into integers.
+func fields(line string) map[string]int64 {
+	m := map[string]int64{}
+	for _, f := range strings.Fields(line) {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			continue
+		}
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			m[k] = n
+		}
+	}
+	return m
+}

@@ -122,7 +122,11 @@ func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 		unusedErr = unused(d, 4)
 	}
 	// The rows a claim takes, in id order, locked where the engine locks.
-	where := fmt.Sprintf("FROM %s WHERE %s >= $5 AND %s%s ORDER BY %s", t.Name, t.ID, available, group(4), t.ID)
+	// The resume point is a bigint whatever the id's type (it starts at
+	// math.MinInt64, which an untyped parameter inferred as int4 or int2
+	// cannot carry); int2/int4 >= int8 is in the integer btree family, so
+	// the primary key still serves the comparison.
+	where := fmt.Sprintf("FROM %s WHERE %s >= %s AND %s%s ORDER BY %s", t.Name, t.ID, d.bigint(5), available, group(4), t.ID)
 	var claim string
 	switch {
 	case d.Kind == SQLite:
@@ -154,8 +158,8 @@ func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 			t.Name, lu, tm.At(1), t.ID, t.ID, t.ID, where, MaxClaim, d.SkipLocked(), returning)
 	}
 	availableAt1 := fmt.Sprintf("(%s IS NULL OR %s <= %s)", lu, lu, tm.At(1))
-	selectAvailable := fmt.Sprintf("SELECT %s FROM %s WHERE %s >= $3 AND %s%s ORDER BY %s LIMIT 1",
-		returning, t.Name, t.ID, availableAt1, group(2), t.ID)
+	selectAvailable := fmt.Sprintf("SELECT %s FROM %s WHERE %s >= %s AND %s%s ORDER BY %s LIMIT 1",
+		returning, t.Name, t.ID, d.bigint(3), availableAt1, group(2), t.ID)
 	fence := fmt.Sprintf("%s = $1 AND %s = $2", t.ID, lu)
 	retryFence := fence + unusedErr
 	s := InboxSQL{
@@ -214,6 +218,16 @@ SELECT id, locked FROM walk WHERE steps > 0`,
 		s.Unlock = "SELECT pg_advisory_unlock($1::int, (id % 4294967296)::bigint::bit(32)::int) FROM unnest($2::bigint[]) AS u(id)"
 	}
 	return s
+}
+
+// bigint is parameter n typed as a 64-bit integer: on Postgres a cast, so an
+// id column of any integer type takes every int64; SQLite integers are all
+// 64-bit.
+func (d *Dialect) bigint(n int) string {
+	if d.Kind == Postgres {
+		return fmt.Sprintf("$%d::bigint", n)
+	}
+	return fmt.Sprintf("$%d", n)
 }
 
 // unused binds parameter n in a condition that is always true, so every

@@ -155,3 +155,52 @@ func TestOneHeap(t *testing.T) {
 		t.Errorf("OneHeap on SQLite = %v, %v; want false, nil", got, err)
 	}
 }
+
+// On an integer (int4) id the claims' bigint resume point is still an index
+// condition on the primary key: the cast sits on the parameter, never on
+// the column.
+func TestClaimsUseThePrimaryKeyOnAnIntegerID(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.Open(t, testdb.Postgres(t))
+	for _, q := range []string{
+		"CREATE TABLE int_jobs (id serial PRIMARY KEY, locked_until timestamptz, payload bytea, attempts integer NOT NULL DEFAULT 0)",
+		"INSERT INTO int_jobs (payload) SELECT 'x' FROM generate_series(1, 20000)",
+		"ANALYZE int_jobs",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := dialect.Of(dialect.Postgres)
+	for _, oneHeap := range []bool{false, true} {
+		q := d.Inbox(dialect.Table{Name: `"int_jobs"`, ID: `"id"`, LockedUntil: `"locked_until"`, Attempts: `"attempts"`, OneHeap: oneHeap},
+			dialect.Times{Kind: dialect.Postgres, Encoding: dialect.Timestamptz})
+		now := time.Now()
+		for name, c := range map[string]struct {
+			query string
+			args  []any
+		}{
+			"lease":   {q.ClaimLease, []any{now.Add(time.Minute), now, 10, nil, int64(15000)}},
+			"rowlock": {q.SelectAvailable + " FOR UPDATE SKIP LOCKED", []any{now, nil, int64(15000)}},
+		} {
+			rows, err := db.QueryContext(ctx, "EXPLAIN "+c.query, c.args...)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			var plan strings.Builder
+			for rows.Next() {
+				var line string
+				if err := rows.Scan(&line); err != nil {
+					t.Fatal(err)
+				}
+				plan.WriteString(line + "\n")
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(plan.String(), "Index Scan using int_jobs_pkey") || !strings.Contains(plan.String(), "Index Cond: (id >=") {
+				t.Errorf("%s (one heap %v): the resume point is not an index condition on the primary key:\n%s", name, oneHeap, plan.String())
+			}
+		}
+	}
+}

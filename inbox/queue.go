@@ -146,6 +146,9 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 	if q.shape == nil {
 		return 0, fmt.Errorf("inbox: publish to a zero Queue: make it with NewQueue")
 	}
+	if q.group != "" && q.shape.column(RoleGroup) == "" {
+		return 0, fmt.Errorf("inbox: publish to %q: queue has group %q but %v tags no group column (`inbox:\"group\"`): add one, or publish to the queue without Group", q.table, q.group, q.shape.typ)
+	}
 	var cfg publishConfig
 	for _, o := range opts {
 		o(&cfg)

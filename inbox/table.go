@@ -57,7 +57,14 @@ func shapeOf(t reflect.Type) (*shape, error) {
 	for _, fi := range tm.Index {
 		col := fi.Field.Tag.Get("db")
 		if col == "" || col == "-" || fi.Field.Anonymous {
+			if role, ok := fi.Field.Tag.Lookup("inbox"); ok && !fi.Field.Anonymous {
+				return nil, fmt.Errorf("inbox: %v.%s is tagged inbox:%q but has no db tag naming its column: add one, e.g. `db:\"%s\" inbox:\"%s\"`",
+					t, fi.Field.Name, role, strings.Split(role, ",")[0], role)
+			}
 			continue
+		}
+		if err := scannable(fi.Field.Type); err != nil {
+			return nil, fmt.Errorf("inbox: %v.%s (column %q): %w", t, fi.Field.Name, col, err)
 		}
 		if !fi.Field.IsExported() {
 			return nil, fmt.Errorf("inbox: %v.%s has a db tag but is not exported", t, fi.Field.Name)
@@ -112,6 +119,38 @@ func shapeOf(t reflect.Type) (*shape, error) {
 		return nil, fmt.Errorf("inbox: %v: the locked_until field must be time.Time, *time.Time or sql.NullTime, got %v", t, s.byRole[RoleLockedUntil].typ)
 	}
 	return s, nil
+}
+
+var scannerType = reflect.TypeFor[sql.Scanner]()
+
+// scannable refuses a field type a claim could not scan a column into
+// (a struct, map, slice or array that does not scan itself), so the type
+// fails when the queue is made rather than at every row's scan.
+func scannable(t reflect.Type) error {
+	if reflect.PointerTo(t).Implements(scannerType) || t.Implements(scannerType) {
+		return nil
+	}
+	base := t
+	for base.Kind() == reflect.Pointer {
+		base = base.Elem()
+		if reflect.PointerTo(base).Implements(scannerType) {
+			return nil
+		}
+	}
+	switch base.Kind() {
+	case reflect.Struct:
+		if base == reflect.TypeFor[time.Time]() {
+			return nil
+		}
+	case reflect.Slice:
+		if base.Elem().Kind() == reflect.Uint8 {
+			return nil
+		}
+	case reflect.Map, reflect.Array, reflect.Chan, reflect.Func, reflect.Complex64, reflect.Complex128, reflect.UnsafePointer:
+	default:
+		return nil
+	}
+	return fmt.Errorf("type %v cannot be scanned from a column: use []byte, string, json.RawMessage, a number, time.Time, or a type whose pointer implements sql.Scanner (and driver.Valuer, for Publish); decode JSON in the handler", t)
 }
 
 // column returns the column of role r, or "" when the struct has none.

@@ -17,6 +17,7 @@ func migrate(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	db := fs.String("db", "", "database URL (required)")
 	table := fs.String("table", "", "inbox table to create (required)")
+	trigger := fs.Bool("trigger", false, "also install the notify trigger: one NOTIFY per INSERT statement, so rows written by plain SQL wake listening subscriptions at once (Postgres only)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -28,9 +29,18 @@ func migrate(ctx context.Context, args []string) error {
 		return err
 	}
 	defer b.Close()
+	if *trigger && b.Dialect() != "postgres" {
+		return fmt.Errorf("--trigger needs Postgres: %s has no LISTEN/NOTIFY", b.Dialect())
+	}
 	if err := migrations.Apply(ctx, b.DB(), *table); err != nil {
 		return err
 	}
 	fmt.Printf("table %s is in place on %s\n", *table, b.Dialect())
+	if *trigger {
+		if err := migrations.ApplyNotifyTrigger(ctx, b.DB(), *table); err != nil {
+			return err
+		}
+		fmt.Printf("notify trigger of %s is in place\n", *table)
+	}
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -53,6 +55,9 @@ func Open(rawURL string) (*sql.DB, *Dialect, error) {
 	case strings.HasPrefix(rawURL, "sqlite://"):
 		dsn, err := SQLiteDSN(rawURL)
 		if err != nil {
+			return nil, nil, err
+		}
+		if err := sqliteDirExists(rawURL); err != nil {
 			return nil, nil, err
 		}
 		db, err := sql.Open("sqlite", dsn)
@@ -106,6 +111,27 @@ func SQLiteDSN(rawURL string) (string, error) {
 	params.Add("_pragma", "journal_mode(WAL)")
 	params.Add("_pragma", "synchronous(NORMAL)")
 	return "file:" + path + "?" + params.Encode(), nil
+}
+
+// sqliteDirExists refuses a file URL whose directory is missing: SQLite
+// would say only "unable to open database file (14)", at the first
+// statement, without the path.
+func sqliteDirExists(rawURL string) error {
+	path, _, _ := strings.Cut(strings.TrimPrefix(rawURL, "sqlite://"), "?")
+	if strings.HasPrefix(path, ":memory:") {
+		return nil
+	}
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	switch {
+	case err != nil && os.IsNotExist(err):
+		return fmt.Errorf("sqlite URL %q: directory %s does not exist: create it (SQLite creates the file, not its directory) or fix the path (sqlite:///abs/path.db, sqlite://rel/path.db)", rawURL, dir)
+	case err != nil:
+		return fmt.Errorf("sqlite URL %q: directory %s: %w", rawURL, dir, err)
+	case !st.IsDir():
+		return fmt.Errorf("sqlite URL %q: %s is not a directory", rawURL, dir)
+	}
+	return nil
 }
 
 // setsPragma reports whether the URL's own _pragma values set name, with

@@ -76,11 +76,38 @@ func (q Queue[T]) key() string { return q.table + "\x00" + q.group }
 // PublishOption configures one publish.
 type PublishOption func(*publishConfig)
 
-type publishConfig struct{ delay time.Duration }
+type publishConfig struct {
+	delay time.Duration
+	at    time.Time // set by At; wins over delay
+}
 
 // Delay makes the row available only once d has passed on the broker's clock.
 func Delay(d time.Duration) PublishOption {
-	return func(c *publishConfig) { c.delay = d }
+	return func(c *publishConfig) { c.delay, c.at = d, time.Time{} }
+}
+
+// At makes the row available only from t on: t is written into locked_until
+// as it is (to the column's precision), compared with the broker's clock
+// like any lease; with clock.Database, with the database's now(). A t at or
+// before now makes the row available at once. The last of Delay and At
+// given wins.
+func At(t time.Time) PublishOption {
+	return func(c *publishConfig) { c.at, c.delay = t, 0 }
+}
+
+// lockedUntil returns the publish's locked_until parameters: the offset for
+// Times.At (nil for none), and with the database clock the absolute time
+// (nil for none), which the statement prefers.
+func (c publishConfig) lockedUntil(tm dialect.Times, now time.Time) (offset, at any) {
+	switch {
+	case !c.at.IsZero() && tm.InDatabase:
+		return nil, tm.Encode(c.at)
+	case !c.at.IsZero():
+		return tm.Encode(c.at), nil
+	case c.delay > 0:
+		return tm.Arg(now, c.delay), nil
+	}
+	return nil, nil
 }
 
 // Publish writes row into q's table and wakes the queue's subscriptions in
@@ -167,11 +194,11 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 		}
 		args = append(args, v.FieldByIndex(f.index).Interface())
 	}
-	var lockedUntil any
-	if cfg.delay > 0 {
-		lockedUntil = tm.Arg(b.clock.Now(), cfg.delay)
+	offset, at := cfg.lockedUntil(tm, b.clock.Now())
+	args = append(args, offset)
+	if tm.InDatabase {
+		args = append(args, at)
 	}
-	args = append(args, lockedUntil)
 	if b.listener != nil {
 		payload := q.group
 		// A payload must stay under Postgres's 8000 bytes: a group too
@@ -223,7 +250,8 @@ func (b *Broker) times(ctx context.Context, catalog dialect.Querier, table strin
 }
 
 // insertSQL builds (once per table) the publish statement and the fields it
-// writes, in order: then locked_until, then (with ListenNotify) channel and
+// writes, in order: then locked_until's offset, with the database clock
+// locked_until's absolute time (At), then (with ListenNotify) channel and
 // payload of the notification.
 func (b *Broker) insertSQL(table string, s *shape, tm dialect.Times) (string, []field) {
 	key := table + "\x00" + s.typ.String()
@@ -266,15 +294,14 @@ func insertStatement(d *dialect.Dialect, table string, s *shape, tm dialect.Time
 	n := len(fields) + 1
 	// NULL means no delay. Postgres keeps NULL through now() + NULL; SQLite's
 	// time functions would turn it into now, so it needs the CASE.
-	at := tm.At(n)
-	if d.Kind == dialect.SQLite && tm.InDatabase {
-		at = fmt.Sprintf("CASE WHEN $%d IS NULL THEN NULL ELSE %s END", n, at)
+	params = append(params, dialect.PublishTime(d, tm, n))
+	if tm.InDatabase {
+		n++
 	}
-	params = append(params, at)
 	insert := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) RETURNING %s",
 		dialect.Quote(table), strings.Join(cols, ", "), strings.Join(params, ", "), dialect.Quote(s.column(RoleID)))
 	if notify {
-		n := len(fields) + 2
+		n++
 		insert = fmt.Sprintf("WITH ins AS (%s) SELECT ins.%s FROM ins, (SELECT pg_notify($%d, $%d)) AS n",
 			insert, dialect.Quote(s.column(RoleID)), n, n+1)
 	}

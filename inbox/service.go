@@ -27,6 +27,7 @@ type Service struct {
 	// may turn it off.
 	Signals bool
 	started chan struct{}
+	reg     *registry // nil unless Register was called
 }
 
 // NewService makes a service on broker b.
@@ -94,6 +95,10 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
+	}
+	if s.reg != nil {
+		s.reg.start(ctx)
+		defer s.reg.stop()
 	}
 	log.Info("inbox: service started", "subscriptions", len(s.subs))
 	var wg sync.WaitGroup

@@ -1,0 +1,517 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sort"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// Operator reads and changes queues the way an operator does: by table
+// and group, with the column roles the registry holds (or given), never a
+// Go type. The inbox command is built on it.
+//
+//	op := inbox.NewOperator(broker)
+//	n, err := op.Unpark(ctx, inbox.QueueRef{Table: "invoice_jobs"}, inbox.Selection{All: true})
+type Operator struct {
+	b   *Broker
+	sql dialect.RegistrySQL
+	// CountLimit bounds the rows Queue reads to count a queue by state: the
+	// first CountLimit rows in id order, so the count costs the same on a
+	// table of ten million rows as on one of a hundred thousand; a count
+	// that reached it says so (QueueState.Capped). Defaults to
+	// DefaultCountLimit.
+	CountLimit int
+}
+
+// DefaultCountLimit is Operator.CountLimit's default.
+const DefaultCountLimit = 100_000
+
+// NewOperator returns an operator on broker b's database.
+func NewOperator(b *Broker) *Operator {
+	return &Operator{b: b, sql: b.d.Registry(), CountLimit: DefaultCountLimit}
+}
+
+// QueueRef names a queue: a table, or one group of it, and its columns by
+// role. Roles nil means the reference table's (migrations.Apply).
+type QueueRef struct {
+	Table string
+	Group string // "" for the whole table
+	Roles map[Role]string
+	// Lease separates held rows (locked_until within a lease from now)
+	// from delayed ones. Defaults to DefaultLease.
+	Lease time.Duration
+}
+
+// ReferenceRoles are the columns of the reference table by role.
+func ReferenceRoles() map[Role]string {
+	return map[Role]string{RoleID: "id", RoleLockedUntil: "locked_until", RolePayload: "payload", RoleGroup: "group_name",
+		RoleAttempts: "attempts", RoleLastError: "last_error", RoleCreatedAt: "created_at"}
+}
+
+// adminTable checks ref's table with a shape made from its roles.
+func (o *Operator) adminTable(ctx context.Context, ref QueueRef) (dialect.AdminTable, error) {
+	roles := ref.Roles
+	if roles == nil {
+		roles = ReferenceRoles()
+	}
+	types := map[Role]reflect.Type{RoleID: reflect.TypeFor[int64](), RoleLockedUntil: reflect.TypeFor[*time.Time](),
+		RolePayload: reflect.TypeFor[[]byte](), RoleGroup: reflect.TypeFor[string](), RoleAttempts: reflect.TypeFor[int64](),
+		RoleLastError: reflect.TypeFor[*string](), RoleCreatedAt: reflect.TypeFor[*time.Time]()}
+	var fields []reflect.StructField
+	for i, r := range []Role{RoleID, RoleLockedUntil, RolePayload, RoleGroup, RoleAttempts, RoleLastError, RoleCreatedAt} {
+		col, ok := roles[r]
+		if !ok || col == "" {
+			continue
+		}
+		fields = append(fields, reflect.StructField{Name: fmt.Sprintf("F%d", i), Type: types[r],
+			Tag: reflect.StructTag(fmt.Sprintf(`db:%q inbox:%q`, col, string(r)))})
+	}
+	s, err := shapeOf(reflect.StructOf(fields))
+	if err != nil {
+		return dialect.AdminTable{}, err
+	}
+	if err := dialect.CheckTableName(ref.Table); err != nil {
+		return dialect.AdminTable{}, fmt.Errorf("inbox: table name: %w", err)
+	}
+	t, err := checkTable(ctx, o.b, ref.Table, s, s.column(RoleGroup) != "")
+	if err != nil {
+		return dialect.AdminTable{}, err
+	}
+	at := dialect.AdminTable{Table: t.Table, Times: t.Times, Payload: dialect.Quote(s.column(RolePayload))}
+	at.Times.InDatabase = false
+	if c := s.column(RoleCreatedAt); c != "" {
+		at.CreatedAt = dialect.Quote(c)
+	}
+	return at, nil
+}
+
+func (o *Operator) filter(ref QueueRef) dialect.AdminFilter {
+	now := o.b.clock.Now()
+	lease := ref.Lease
+	if lease == 0 {
+		lease = DefaultLease
+	}
+	f := dialect.AdminFilter{Now: now, Horizon: now.Add(lease)}
+	if ref.Group != "" {
+		g := ref.Group
+		f.Group = &g
+	}
+	return f
+}
+
+// QueueState is a queue's rows by state (see the State constants).
+type QueueState struct {
+	Available, Held, Delayed, Parked int64
+	// Oldest is the oldest available row's created_at (its locked_until
+	// where the table has no created_at; zero when none is known).
+	Oldest time.Time
+	// Capped: the count read Operator.CountLimit rows and stopped; the
+	// counts are of the first rows in id order, lower bounds of the
+	// table's.
+	Capped bool
+}
+
+// States of a row, as Rows filters them and QueueState counts them.
+const (
+	StateAvailable = dialect.StateAvailable // claimable now
+	StateHeld      = dialect.StateHeld      // locked_until within a lease from now: in work, or due again soon
+	StateDelayed   = dialect.StateDelayed   // further off: a retry's backoff or a delayed publish
+	StateParked    = dialect.StateParked    // failed its last attempt; see Unpark
+)
+
+// State counts ref's rows by state.
+func (o *Operator) State(ctx context.Context, ref QueueRef) (QueueState, error) {
+	t, err := o.adminTable(ctx, ref)
+	if err != nil {
+		return QueueState{}, err
+	}
+	f := o.filter(ref)
+	where, args, err := o.b.d.Where(t, f)
+	if err != nil {
+		return QueueState{}, fmt.Errorf("inbox: table %q: %w", ref.Table, err)
+	}
+	q := o.b.d.CountStates(t, where, len(args)+1)
+	limit := o.CountLimit
+	if limit <= 0 {
+		limit = DefaultCountLimit
+	}
+	args = append(args, t.Times.Encode(f.Now), t.Times.Encode(f.Horizon), t.Times.Encode(dialect.Never), limit)
+	var st QueueState
+	var oldest any
+	var scanned int64
+	if err := o.b.db.QueryRowContext(ctx, q, args...).Scan(&st.Available, &st.Held, &st.Delayed, &st.Parked, &oldest, &scanned); err != nil {
+		return QueueState{}, fmt.Errorf("inbox: count rows of %q: %w", ref.Table, err)
+	}
+	st.Capped = scanned >= int64(limit)
+	if at, ok, err := t.Times.Decode(oldest); err == nil && ok {
+		st.Oldest = at
+	}
+	return st, nil
+}
+
+// Row is one row as an operator sees it.
+type Row struct {
+	ID          int64
+	State       string
+	LockedUntil time.Time // zero when NULL
+	Attempts    int64
+	LastError   string
+	Created     time.Time // zero without a created_at column
+	Payload     []byte
+}
+
+// RowFilter picks the rows Rows lists.
+type RowFilter struct {
+	States []string // nil for every state
+	Limit  int      // default 100
+}
+
+// Rows lists ref's rows in id order.
+func (o *Operator) Rows(ctx context.Context, ref QueueRef, rf RowFilter) ([]Row, error) {
+	t, err := o.adminTable(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	f := o.filter(ref)
+	f.States = rf.States
+	where, args, err := o.b.d.Where(t, f)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: table %q: %w", ref.Table, err)
+	}
+	limit := rf.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	cols := t.ID + ", " + t.LockedUntil + ", " + or(t.Attempts, "0") + ", " + or(t.LastError, "NULL") + ", " + or(t.CreatedAt, "NULL") + ", " + t.Payload
+	q := fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT %d", cols, t.Name, where, t.ID, limit)
+	rows, err := o.b.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: list rows of %q: %w", ref.Table, err)
+	}
+	defer rows.Close()
+	var out []Row
+	for rows.Next() {
+		var r Row
+		var lu, created any
+		var lastErr sql.NullString
+		if err := rows.Scan(&r.ID, &lu, &r.Attempts, &lastErr, &created, &r.Payload); err != nil {
+			return nil, fmt.Errorf("inbox: list rows of %q: %w", ref.Table, err)
+		}
+		r.LastError = lastErr.String
+		r.LockedUntil, _, _ = t.Times.Decode(lu)
+		r.Created, _, _ = t.Times.Decode(created)
+		r.State = stateOf(r.LockedUntil, f)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func stateOf(lu time.Time, f dialect.AdminFilter) string {
+	switch {
+	case lu.IsZero() || !lu.After(f.Now):
+		return StateAvailable
+	case !lu.After(f.Horizon):
+		return StateHeld
+	case lu.Before(dialect.Never):
+		return StateDelayed
+	}
+	return StateParked
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// Selection picks the rows Unpark, RunNow and Delete change: by id, or
+// every row (All), narrowed by ErrorContains.
+type Selection struct {
+	IDs           []int64
+	All           bool
+	ErrorContains string
+}
+
+func (s Selection) check() error {
+	if len(s.IDs) == 0 && !s.All && s.ErrorContains == "" {
+		return fmt.Errorf("inbox: select rows by id, by an error's text, or all of them")
+	}
+	return nil
+}
+
+// Unpark makes ref's parked rows in sel available again, with attempts
+// reset where the table counts them, and wakes its subscriptions. It
+// returns how many rows changed.
+func (o *Operator) Unpark(ctx context.Context, ref QueueRef, sel Selection) (int64, error) {
+	return o.change(ctx, ref, sel, StateParked, "unpark", func(t dialect.AdminTable) string {
+		set := t.LockedUntil + " = NULL"
+		if t.Attempts != "" {
+			set += ", " + t.Attempts + " = 0"
+		}
+		return "UPDATE " + t.Name + " SET " + set
+	})
+}
+
+// RunNow makes ref's delayed rows in sel due now and wakes its
+// subscriptions. Rows held (locked_until within a lease from now) are left
+// alone: they may be in work, and are due soon anyway.
+func (o *Operator) RunNow(ctx context.Context, ref QueueRef, sel Selection) (int64, error) {
+	return o.change(ctx, ref, sel, StateDelayed, "run now", func(t dialect.AdminTable) string {
+		return "UPDATE " + t.Name + " SET " + t.LockedUntil + " = NULL"
+	})
+}
+
+// Delete deletes ref's rows in sel that are available, delayed or parked;
+// held rows (perhaps in work) are left alone.
+func (o *Operator) Delete(ctx context.Context, ref QueueRef, sel Selection) (int64, error) {
+	return o.change(ctx, ref, sel, "", "delete", func(t dialect.AdminTable) string {
+		return "DELETE FROM " + t.Name
+	})
+}
+
+func (o *Operator) change(ctx context.Context, ref QueueRef, sel Selection, state, what string, stmt func(dialect.AdminTable) string) (int64, error) {
+	if err := sel.check(); err != nil {
+		return 0, err
+	}
+	t, err := o.adminTable(ctx, ref)
+	if err != nil {
+		return 0, err
+	}
+	f := o.filter(ref)
+	f.IDs, f.ErrorContains = sel.IDs, sel.ErrorContains
+	f.States = []string{state}
+	if state == "" {
+		f.States = []string{StateAvailable, StateDelayed, StateParked}
+	}
+	where, args, err := o.b.d.Where(t, f)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: %s rows of %q: %w", what, ref.Table, err)
+	}
+	var n int64
+	err = o.b.write(ctx, false, func(ex execer) error {
+		res, err := ex.ExecContext(ctx, stmt(t)+" WHERE "+where, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("inbox: %s rows of %q: %w", what, ref.Table, err)
+	}
+	if n > 0 && state != "" {
+		o.wake(ctx, ref.Table, ref.Group)
+	}
+	return n, nil
+}
+
+// wake wakes the subscriptions of table (and group) in this process and,
+// on Postgres, in every process that listens (ListenNotify).
+func (o *Operator) wake(ctx context.Context, channel, key string) {
+	o.b.hub.Wake(channel, key)
+	if o.b.d.Kind == dialect.Postgres {
+		_, _ = o.b.db.ExecContext(ctx, "SELECT pg_notify($1, $2)", channel, key)
+	}
+}
+
+// Pause stops every registered instance from claiming table (or its group
+// when group is not ""): within a heartbeat, and at once on Postgres for
+// brokers with ListenNotify. Running handlers finish. Idempotent.
+func (o *Operator) Pause(ctx context.Context, table, group string) error {
+	if err := dialect.CheckTableName(table); err != nil {
+		return fmt.Errorf("inbox: pause: table name: %w", err)
+	}
+	if err := o.b.write(ctx, false, func(ex execer) error {
+		_, err := ex.ExecContext(ctx, o.sql.Pause, table, group, o.b.clock.Now().UnixMilli())
+		return err
+	}); err != nil {
+		return fmt.Errorf("inbox: pause %q: %w (did migrations.ApplyRegistry run?)", table, err)
+	}
+	o.wake(ctx, dialect.PauseChannel, "")
+	return nil
+}
+
+// Resume undoes Pause of table (or its group); the subscriptions claim at
+// once where the resume reaches them (their heartbeat, or a notification).
+func (o *Operator) Resume(ctx context.Context, table, group string) error {
+	if err := o.b.write(ctx, false, func(ex execer) error {
+		_, err := ex.ExecContext(ctx, o.sql.Resume, table, group)
+		return err
+	}); err != nil {
+		return fmt.Errorf("inbox: resume %q: %w (did migrations.ApplyRegistry run?)", table, err)
+	}
+	o.wake(ctx, dialect.PauseChannel, "")
+	return nil
+}
+
+// Instance is one service instance as the registry holds it.
+type Instance struct {
+	ID, Service, Version, Host string
+	PID                        int
+	Started, Heartbeat         time.Time
+	Every                      time.Duration // its heartbeat interval
+	// Alive: its heartbeat is less than three intervals old.
+	Alive         bool
+	Subscriptions []RegisteredSubscription
+}
+
+// RegisteredSubscription is one subscription of an instance.
+type RegisteredSubscription struct {
+	Name, Table, Group, Form string
+	Workers                  int
+	Lease                    time.Duration
+	Roles                    map[Role]string
+}
+
+// Instances lists the registered instances, alive or gone.
+func (o *Operator) Instances(ctx context.Context) ([]Instance, error) {
+	rows, err := o.b.db.QueryContext(ctx, o.sql.Instances)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: list instances: %w (did migrations.ApplyRegistry run?)", err)
+	}
+	defer rows.Close()
+	now := o.b.clock.Now()
+	var out []Instance
+	byID := map[string]int{}
+	for rows.Next() {
+		var in Instance
+		var started, beat, every int64
+		if err := rows.Scan(&in.ID, &in.Service, &in.Version, &in.Host, &in.PID, &started, &beat, &every); err != nil {
+			return nil, fmt.Errorf("inbox: list instances: %w", err)
+		}
+		in.Started, in.Heartbeat, in.Every = time.UnixMilli(started), time.UnixMilli(beat), time.Duration(every)*time.Millisecond
+		in.Alive = now.Sub(in.Heartbeat) < staleBeats*in.Every
+		byID[in.ID] = len(out)
+		out = append(out, in)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("inbox: list instances: %w", err)
+	}
+	rows.Close()
+	subs, err := o.b.db.QueryContext(ctx, o.sql.Subscriptions)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: list subscriptions: %w", err)
+	}
+	defer subs.Close()
+	for subs.Next() {
+		var inst, roles string
+		var pos int
+		var lease int64
+		var s RegisteredSubscription
+		if err := subs.Scan(&inst, &pos, &s.Name, &s.Table, &s.Group, &s.Form, &s.Workers, &lease, &roles); err != nil {
+			return nil, fmt.Errorf("inbox: list subscriptions: %w", err)
+		}
+		s.Lease = time.Duration(lease) * time.Millisecond
+		_ = json.Unmarshal([]byte(roles), &s.Roles)
+		if i, ok := byID[inst]; ok {
+			out[i].Subscriptions = append(out[i].Subscriptions, s)
+		}
+	}
+	return out, subs.Err()
+}
+
+// QueueInfo is one queue the registry knows of: subscribed by an instance,
+// or paused.
+type QueueInfo struct {
+	QueueRef
+	Instances int // alive instances subscribed
+	Workers   int // their workers, all together
+	Paused    bool
+	State     QueueState
+	StateErr  error // the count failed (a table gone, say); State is zero
+}
+
+// Queues lists the queues the registry knows, with their rows by state.
+func (o *Operator) Queues(ctx context.Context) ([]QueueInfo, error) {
+	insts, err := o.Instances(ctx)
+	if err != nil {
+		return nil, err
+	}
+	paused, err := o.Paused(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byKey := map[[2]string]*QueueInfo{}
+	get := func(table, group string) *QueueInfo {
+		k := [2]string{table, group}
+		if q := byKey[k]; q != nil {
+			return q
+		}
+		q := &QueueInfo{QueueRef: QueueRef{Table: table, Group: group}}
+		byKey[k] = q
+		return q
+	}
+	for _, in := range insts {
+		for _, s := range in.Subscriptions {
+			q := get(s.Table, s.Group)
+			if q.Roles == nil || in.Alive {
+				q.Roles, q.Lease = s.Roles, s.Lease
+			}
+			if in.Alive {
+				q.Instances++
+				q.Workers += s.Workers
+			}
+		}
+	}
+	for _, p := range paused {
+		get(p[0], p[1]).Paused = true
+	}
+	out := make([]QueueInfo, 0, len(byKey))
+	for _, q := range byKey {
+		q.State, q.StateErr = o.State(ctx, q.QueueRef)
+		out = append(out, *q)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Table != out[j].Table {
+			return out[i].Table < out[j].Table
+		}
+		return out[i].Group < out[j].Group
+	})
+	return out, nil
+}
+
+// Paused lists the paused queues as (table, group) pairs.
+func (o *Operator) Paused(ctx context.Context) ([][2]string, error) {
+	rows, err := o.b.db.QueryContext(ctx, o.sql.Paused)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: list paused queues: %w (did migrations.ApplyRegistry run?)", err)
+	}
+	defer rows.Close()
+	var out [][2]string
+	for rows.Next() {
+		var t, g string
+		var at int64
+		if err := rows.Scan(&t, &g, &at); err != nil {
+			return nil, err
+		}
+		out = append(out, [2]string{t, g})
+	}
+	return out, rows.Err()
+}
+
+// Ref returns the registered roles and lease of table and group, from any
+// subscription of it (an alive one first), or ok false when none is
+// registered.
+func (o *Operator) Ref(ctx context.Context, table, group string) (ref QueueRef, ok bool, err error) {
+	insts, err := o.Instances(ctx)
+	if err != nil {
+		return QueueRef{}, false, err
+	}
+	for _, alive := range []bool{true, false} {
+		for _, in := range insts {
+			for _, s := range in.Subscriptions {
+				if in.Alive == alive && s.Table == table && (s.Group == group || s.Group == "") {
+					return QueueRef{Table: table, Group: group, Roles: s.Roles, Lease: s.Lease}, true, nil
+				}
+			}
+		}
+	}
+	return QueueRef{Table: table, Group: group}, false, nil
+}

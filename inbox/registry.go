@@ -1,0 +1,410 @@
+package inbox
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/claim"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/notify"
+)
+
+// RegistryConfig configures a service's record in the registry (see
+// Service.Register). The zero value takes every default.
+type RegistryConfig struct {
+	// Heartbeat is how often the instance beats: one statement, which also
+	// reads the paused queues, so a pause is seen within it (at once with
+	// ListenNotify). Defaults to the broker's poll interval; at least 10 ms.
+	Heartbeat time.Duration
+	// Keep is how long per-minute counts, and the rows of instances that
+	// died without leaving, are kept. Defaults to 24 hours.
+	Keep time.Duration
+}
+
+// DefaultRegistryKeep is RegistryConfig.Keep's default.
+const DefaultRegistryKeep = 24 * time.Hour
+
+// staleBeats is how many heartbeat intervals old an instance's heartbeat
+// may be before it is shown as gone.
+const staleBeats = 3
+
+// Register makes the service record itself in the registry tables
+// (migrations.ApplyRegistry) while it runs: its instance (name, version,
+// host, pid, start, heartbeat), its subscriptions (table, group, form,
+// workers and the table's column roles) and per-minute counts of each
+// queue's handlings. Run removes the record when it returns; an instance
+// that dies is shown as gone once its heartbeat is three intervals old.
+// A registered service also obeys pauses (PauseQueue): a paused queue's
+// subscriptions claim nothing until it is resumed, and an instance that
+// starts while its queue is paused starts paused.
+//
+// The registry never stops a service from handling rows: with its tables
+// missing, or the database refusing its statements, the service logs a
+// warning, runs unregistered and unpaused, and tries again every minute.
+// Call Register before Run.
+func (s *Service) Register(cfg RegistryConfig) error {
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = s.broker.poll
+	}
+	if cfg.Heartbeat < 10*time.Millisecond {
+		return fmt.Errorf("inbox: RegistryConfig.Heartbeat must be at least 10ms, got %v", cfg.Heartbeat)
+	}
+	if cfg.Keep == 0 {
+		cfg.Keep = DefaultRegistryKeep
+	}
+	if cfg.Keep < time.Minute {
+		return fmt.Errorf("inbox: RegistryConfig.Keep must be at least a minute, got %v", cfg.Keep)
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	s.reg = &registry{svc: s, b: s.broker, cfg: cfg, id: hex.EncodeToString(id[:]), sql: s.broker.d.Registry(),
+		minutes: map[minuteKey]*minuteCount{}, log: s.broker.log.With("service", s.Name)}
+	s.reg.pauses.Store(&pauseSet{})
+	return nil
+}
+
+// InstanceID is the id the service records itself under in the registry,
+// "" when it is not registered.
+func (s *Service) InstanceID() string {
+	if s.reg == nil {
+		return ""
+	}
+	return s.reg.id
+}
+
+// registry is one instance's record in the registry tables.
+type registry struct {
+	svc    *Service
+	b      *Broker
+	cfg    RegistryConfig
+	id     string
+	sql    dialect.RegistrySQL
+	log    *slog.Logger
+	pauses atomic.Pointer[pauseSet]
+
+	joined   bool
+	retryAt  time.Time // when to try joining again after a failure
+	failing  bool      // the last statement failed; logged once until one works
+	mu       sync.Mutex
+	minutes  map[minuteKey]*minuteCount
+	started  time.Time
+	stopLoop context.CancelFunc
+	loopDone chan struct{}
+}
+
+type minuteKey struct {
+	table, group string
+	minute       int64 // Unix ms of the minute's start
+	outcome      Outcome
+}
+
+type minuteCount struct {
+	handled, totalUS, maxUS int64
+}
+
+// pauseSet is the paused queues as the last heartbeat read them.
+type pauseSet map[[2]string]bool
+
+// holds reports whether a subscription of table and group is paused: the
+// whole table is, or its group.
+func (p pauseSet) holds(table, group string) bool {
+	return p[[2]string{table, ""}] || (group != "" && p[[2]string{table, group}])
+}
+
+// gate is what a subscription's claims consult before each claim.
+type gate interface {
+	paused(table, group string) bool
+}
+
+func (r *registry) paused(table, group string) bool { return r.pauses.Load().holds(table, group) }
+
+// gatedClaimer claims nothing while its queue is paused: the claim comes
+// back empty, so the subscription waits for its poll or a wake (a resume
+// wakes it). Running handlers are not touched.
+type gatedClaimer struct {
+	claim.Claimer
+	gate         gate
+	table, group string
+}
+
+func (c gatedClaimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
+	if c.gate.paused(c.table, c.group) {
+		return nil, nil
+	}
+	return c.Claimer.Claim(ctx, max)
+}
+
+// start joins the registry and reads the paused queues before any
+// subscription claims, wraps each subscription's claimer in the pause gate
+// and its observer in the per-minute counts, and starts the heartbeat.
+func (r *registry) start(ctx context.Context) {
+	r.started = r.b.clock.Now()
+	r.join(ctx)
+	for _, sub := range r.svc.subs {
+		sub.claimer = gatedClaimer{Claimer: sub.claimer, gate: r, table: sub.table, group: sub.group}
+		prev, sub := sub.cfg.observe, sub
+		sub.cfg.observe = func(e Event) {
+			r.record(sub, e)
+			if prev != nil {
+				prev(e)
+			}
+		}
+	}
+	wake := r.b.hub.Subscribe(dialect.PauseChannel, "")
+	if r.b.listener != nil {
+		r.b.listener.Listen(dialect.PauseChannel)
+	}
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.stopLoop, r.loopDone = cancel, make(chan struct{})
+	go r.loop(loopCtx, wake)
+}
+
+// loop beats every interval, and at once when a pause or a resume is
+// announced.
+func (r *registry) loop(ctx context.Context, wake *notify.Waiter) {
+	defer close(r.loopDone)
+	defer wake.Close()
+	t := r.b.clock.NewTimer(r.cfg.Heartbeat)
+	defer func() { t.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			t = r.b.clock.NewTimer(r.cfg.Heartbeat)
+		case <-wake.C():
+		}
+		r.beat(ctx)
+	}
+}
+
+// join inserts the instance and its subscriptions, then beats once to read
+// the paused queues.
+func (r *registry) join(ctx context.Context) {
+	now := r.b.clock.Now()
+	if now.Before(r.retryAt) {
+		return
+	}
+	err := r.b.write(ctx, true, func(ex execer) error {
+		if _, err := ex.ExecContext(ctx, r.sql.LeaveSubs, r.id); err != nil {
+			return err
+		}
+		if _, err := ex.ExecContext(ctx, r.sql.Leave, r.id); err != nil {
+			return err
+		}
+		host, _ := os.Hostname()
+		if _, err := ex.ExecContext(ctx, r.sql.Join, r.id, r.svc.Name, r.svc.Version, host, os.Getpid(),
+			r.started.UnixMilli(), now.UnixMilli(), r.cfg.Heartbeat.Milliseconds()); err != nil {
+			return err
+		}
+		for i, sub := range r.svc.subs {
+			roles, _ := json.Marshal(sub.roles())
+			if _, err := ex.ExecContext(ctx, r.sql.JoinSub, r.id, i, sub.cfg.name, sub.table, sub.group, sub.cfg.form.Name(),
+				sub.cfg.workers, sub.cfg.lease.Milliseconds(), string(roles)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		r.retryAt = now.Add(time.Minute)
+		r.log.Warn("inbox: could not join the registry; the service runs unregistered and unpaused, and tries again in a minute (did migrations.ApplyRegistry run?)", "err", err)
+		return
+	}
+	r.joined = true
+	r.beat(ctx)
+}
+
+// beat moves the heartbeat, reads the paused queues, and writes the minutes
+// that have ended.
+func (r *registry) beat(ctx context.Context) {
+	if !r.joined {
+		r.join(ctx)
+		return
+	}
+	now := r.b.clock.Now()
+	var pausedJSON string
+	var found bool
+	err := r.b.write(ctx, false, func(ex execer) error {
+		err := ex.QueryRowContext(ctx, r.sql.Beat, now.UnixMilli(), r.id).Scan(&pausedJSON)
+		if err == nil {
+			found = true
+		}
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return // stopping
+		}
+		if !r.failing {
+			r.log.Warn("inbox: registry heartbeat failed; trying again at the next", "err", err)
+			r.failing = true
+		}
+		return
+	}
+	if r.failing {
+		r.log.Info("inbox: registry heartbeat works again")
+		r.failing = false
+	}
+	if !found {
+		// Our row was forgotten (this process stood still longer than the
+		// registry keeps dead instances): join again.
+		r.joined = false
+		r.join(ctx)
+		return
+	}
+	r.setPaused(pausedJSON)
+	r.flush(ctx, now, false)
+}
+
+// setPaused installs the paused set a beat read and wakes the subscriptions
+// of queues resumed since the last.
+func (r *registry) setPaused(text string) {
+	var pairs [][2]string
+	if err := json.Unmarshal([]byte(text), &pairs); err != nil {
+		r.log.Warn("inbox: registry: unreadable paused list", "err", err)
+		return
+	}
+	next := pauseSet{}
+	for _, p := range pairs {
+		next[p] = true
+	}
+	prev := *r.pauses.Swap(&next)
+	for k := range prev {
+		if !next[k] {
+			r.b.hub.Wake(k[0], k[1])
+		}
+	}
+}
+
+// record counts one settled handling in its queue's minute.
+func (r *registry) record(sub *Subscription, e Event) {
+	if e.Outcome == Released {
+		return
+	}
+	us := e.End.Sub(e.Start).Microseconds()
+	k := minuteKey{table: sub.table, group: sub.group, minute: e.End.Truncate(time.Minute).UnixMilli(), outcome: e.Outcome}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.minutes[k]
+	if c == nil {
+		c = &minuteCount{}
+		r.minutes[k] = c
+	}
+	c.handled++
+	c.totalUS += us
+	c.maxUS = max(c.maxUS, us)
+}
+
+// flush writes the minutes that ended before now (all of them when all),
+// and prunes minutes and dead instances older than Keep.
+func (r *registry) flush(ctx context.Context, now time.Time, all bool) {
+	cur := now.Truncate(time.Minute).UnixMilli()
+	r.mu.Lock()
+	done := map[minuteKey]*minuteCount{}
+	for k, c := range r.minutes {
+		if all || k.minute < cur {
+			done[k] = c
+			delete(r.minutes, k)
+		}
+	}
+	r.mu.Unlock()
+	if len(done) == 0 {
+		return
+	}
+	err := r.b.write(ctx, true, func(ex execer) error {
+		for k, c := range done {
+			if _, err := ex.ExecContext(ctx, r.sql.AddMinute, k.table, k.group, k.minute, string(k.outcome), c.handled, c.totalUS, c.maxUS); err != nil {
+				return err
+			}
+		}
+		old := now.Add(-r.cfg.Keep).UnixMilli()
+		for _, q := range []string{r.sql.Prune, r.sql.Forget} {
+			if _, err := ex.ExecContext(ctx, q, old); err != nil {
+				return err
+			}
+		}
+		_, err := ex.ExecContext(ctx, r.sql.ForgetSubs)
+		return err
+	})
+	if err != nil {
+		r.log.Warn("inbox: registry: could not write the per-minute counts; they are dropped", "err", err)
+	}
+}
+
+// stop ends the heartbeat, writes every count and removes the instance.
+func (r *registry) stop() {
+	r.stopLoop()
+	<-r.loopDone
+	if !r.joined {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	r.flush(ctx, r.b.clock.Now(), true)
+	err := r.b.write(ctx, true, func(ex execer) error {
+		if _, err := ex.ExecContext(ctx, r.sql.LeaveSubs, r.id); err != nil {
+			return err
+		}
+		_, err := ex.ExecContext(ctx, r.sql.Leave, r.id)
+		return err
+	})
+	if err != nil {
+		r.log.Warn("inbox: could not leave the registry; the instance is shown as gone once its heartbeat is stale", "err", err)
+	}
+}
+
+// roles maps each role of the subscription's table to its column.
+func (s *Subscription) roles() map[Role]string {
+	out := map[Role]string{}
+	for r, f := range s.shape.byRole {
+		out[r] = f.column
+	}
+	return out
+}
+
+// execer runs statements on a pool or in a transaction.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// write runs f in the broker's turn to write (SQLite), in a transaction
+// when tx, else straight on the pool (one statement, one round trip).
+func (b *Broker) write(ctx context.Context, tx bool, f func(execer) error) error {
+	if err := b.writer.Lock(ctx); err != nil {
+		return err
+	}
+	defer b.writer.Unlock()
+	if !tx {
+		return f(b.db)
+	}
+	t, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer t.Rollback()
+	if err := f(t); err != nil {
+		return err
+	}
+	return t.Commit()
+}
+
+// Paused reports whether the service's registry last read table (or its
+// group) as paused; always false for a service that is not registered.
+func (s *Service) Paused(table, group string) bool {
+	return s.reg != nil && s.reg.paused(table, group)
+}

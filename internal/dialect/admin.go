@@ -1,0 +1,131 @@
+package dialect
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The states an operator sees a row in, read from locked_until alone.
+const (
+	StateAvailable = "available" // NULL, or at or before now
+	StateHeld      = "held"      // after now, within a lease: in work, or due again soon
+	StateDelayed   = "delayed"   // beyond a lease from now: a retry's backoff, a delayed publish
+	StateParked    = "parked"    // at Never: failed its last attempt
+)
+
+// AdminTable names an inbox table's columns for the operator's
+// statements, quoted; optional roles are empty when the table lacks them.
+type AdminTable struct {
+	Table
+	Payload, CreatedAt string
+	Times              Times // host times only (InDatabase false)
+}
+
+// AdminFilter selects rows of an AdminTable.
+type AdminFilter struct {
+	Now     time.Time
+	Horizon time.Time // now plus the queue's lease: held below it, delayed above
+	Group   *string   // nil for every group
+	IDs     []int64   // nil for any id
+	// ErrorContains keeps rows whose last error holds it ("" for any).
+	ErrorContains string
+	States        []string // nil for any state
+}
+
+// Where writes the WHERE clause of f (after the word) and its parameters,
+// numbered from 1 in the engine's placeholders.
+func (d *Dialect) Where(t AdminTable, f AdminFilter) (string, []any, error) {
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		if d.Kind == SQLite {
+			return fmt.Sprintf("?%d", len(args))
+		}
+		return fmt.Sprintf("$%d", len(args))
+	}
+	conds := []string{"TRUE"}
+	if d.Kind == SQLite {
+		conds[0] = "1"
+	}
+	if f.Group != nil {
+		if t.Group == "" {
+			return "", nil, fmt.Errorf("table %s has no group column", t.Name)
+		}
+		conds = append(conds, t.Group+" = "+arg(*f.Group))
+	}
+	if f.IDs != nil {
+		n := arg(d.ListArg(f.IDs))
+		if d.Kind == Postgres {
+			conds = append(conds, t.ID+" = ANY("+n+")")
+		} else {
+			conds = append(conds, t.ID+" IN (SELECT value FROM json_each("+n+"))")
+		}
+	}
+	if f.ErrorContains != "" {
+		if t.LastError == "" {
+			return "", nil, fmt.Errorf("table %s has no last_error column to filter on", t.Name)
+		}
+		fn := "strpos"
+		if d.Kind == SQLite {
+			fn = "instr"
+		}
+		conds = append(conds, fmt.Sprintf("%s(%s, %s) > 0", fn, t.LastError, arg(f.ErrorContains)))
+	}
+	if f.States != nil {
+		var ors []string
+		for _, s := range f.States {
+			c, err := d.stateCond(t, s, f, arg)
+			if err != nil {
+				return "", nil, err
+			}
+			ors = append(ors, c)
+		}
+		conds = append(conds, "("+strings.Join(ors, " OR ")+")")
+	}
+	return strings.Join(conds, " AND "), args, nil
+}
+
+func (d *Dialect) stateCond(t AdminTable, state string, f AdminFilter, arg func(any) string) (string, error) {
+	lu := t.LockedUntil
+	switch state {
+	case StateAvailable:
+		return fmt.Sprintf("(%s IS NULL OR %s <= %s)", lu, lu, arg(t.Times.Encode(f.Now))), nil
+	case StateHeld:
+		return fmt.Sprintf("(%s > %s AND %s <= %s)", lu, arg(t.Times.Encode(f.Now)), lu, arg(t.Times.Encode(f.Horizon))), nil
+	case StateDelayed:
+		return fmt.Sprintf("(%s > %s AND %s < %s)", lu, arg(t.Times.Encode(f.Horizon)), lu, arg(t.Times.Encode(Never))), nil
+	case StateParked:
+		return fmt.Sprintf("%s >= %s", lu, arg(t.Times.Encode(Never))), nil
+	}
+	return "", fmt.Errorf("unknown state %q: use available, held, delayed or parked", state)
+}
+
+// CountStates counts the rows of the first limit rows in id order that
+// match where (which takes the parameters before $n, n = the next
+// parameter) by state, and finds the oldest available row's created_at (its
+// locked_until without one): available, held, delayed, parked, oldest,
+// scanned. $n now, $n+1 horizon, $n+2 never, $n+3 limit.
+func (d *Dialect) CountStates(t AdminTable, where string, n int) string {
+	lu := t.LockedUntil
+	oldest := lu
+	if t.CreatedAt != "" {
+		oldest = t.CreatedAt
+	}
+	p := func(i int) string {
+		if d.Kind == SQLite {
+			return fmt.Sprintf("?%d", n+i)
+		}
+		return fmt.Sprintf("$%d", n+i)
+	}
+	now, hz, never := p(0), p(1), p(2)
+	return fmt.Sprintf(`SELECT
+	COALESCE(SUM(CASE WHEN lu IS NULL OR lu <= %[1]s THEN 1 ELSE 0 END), 0),
+	COALESCE(SUM(CASE WHEN lu > %[1]s AND lu <= %[2]s THEN 1 ELSE 0 END), 0),
+	COALESCE(SUM(CASE WHEN lu > %[2]s AND lu < %[3]s THEN 1 ELSE 0 END), 0),
+	COALESCE(SUM(CASE WHEN lu >= %[3]s THEN 1 ELSE 0 END), 0),
+	MIN(CASE WHEN lu IS NULL OR lu <= %[1]s THEN oldest END),
+	COUNT(*)
+FROM (SELECT %[4]s AS lu, %[5]s AS oldest FROM %[6]s WHERE %[7]s ORDER BY %[8]s LIMIT %[9]s) AS s`,
+		now, hz, never, lu, oldest, t.Name, where, t.ID, p(3))
+}

@@ -1,0 +1,52 @@
+-- The registry: running service instances, their subscriptions, per-minute
+-- counts per queue and the paused flags. Times are Unix milliseconds
+-- (bigint) on every engine, so one set of statements reads them everywhere.
+CREATE TABLE IF NOT EXISTS {{instances}} (
+    id           text    NOT NULL PRIMARY KEY,
+    service      text    NOT NULL,
+    version      text    NOT NULL,
+    host         text    NOT NULL,
+    pid          integer NOT NULL,
+    started_at   bigint  NOT NULL,
+    heartbeat_at bigint  NOT NULL,
+    -- the heartbeat's interval: an instance is gone once its heartbeat is
+    -- three intervals old
+    every_ms     bigint  NOT NULL
+)
+-- ;
+CREATE TABLE IF NOT EXISTS {{subscriptions}} (
+    instance   text    NOT NULL,
+    position   integer NOT NULL,
+    name       text    NOT NULL,
+    table_name text    NOT NULL,
+    group_name text    NOT NULL,
+    form       text    NOT NULL,
+    workers    integer NOT NULL,
+    lease_ms   bigint  NOT NULL,
+    -- a JSON object: role -> column, e.g. {"id":"id","locked_until":"locked_until"}
+    roles      text    NOT NULL,
+    PRIMARY KEY (instance, position)
+)
+-- ;
+-- One row per queue, minute and outcome, added to by every instance.
+CREATE TABLE IF NOT EXISTS {{minutes}} (
+    table_name text   NOT NULL,
+    group_name text   NOT NULL,
+    minute     bigint NOT NULL,
+    outcome    text   NOT NULL,
+    handled    bigint NOT NULL,
+    total_us   bigint NOT NULL,
+    max_us     bigint NOT NULL,
+    PRIMARY KEY (table_name, group_name, minute, outcome)
+)
+-- ;
+-- Serves the prune of minutes older than the registry keeps.
+CREATE INDEX IF NOT EXISTS {{minutes}}_minute ON {{minutes}} (minute)
+-- ;
+-- A paused queue: group_name '' pauses every subscription of the table.
+CREATE TABLE IF NOT EXISTS {{paused}} (
+    table_name text   NOT NULL,
+    group_name text   NOT NULL,
+    paused_at  bigint NOT NULL,
+    PRIMARY KEY (table_name, group_name)
+)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"sort"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -106,6 +108,70 @@ func BenchmarkReleaseToWaiter(b *testing.B) {
 			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 			b.ReportMetric(float64(lat[len(lat)*9/10].Microseconds()), "p90-µs")
+		})
+	}
+}
+
+// BenchmarkConcurrentTake: six takers, each on a store of its own, take a
+// new name with six places at once (a barrier starts them) and release; the
+// metrics are the p50 and p90 of one Take and the share of takes that got a
+// place (all of them should: every taker holds its place until all tried).
+func BenchmarkConcurrentTake(b *testing.B) {
+	const n = 6
+	for _, name := range benchOrder {
+		b.Run(name, func(b *testing.B) {
+			newStore := map[string]backend{"memory": memoryBackend, "sqlite": sqliteBackend, "postgres": postgresBackend, "redis": redisBackend}[name].open(b)
+			lockers := make([]*lock.Locker, n)
+			for i := range lockers {
+				lockers[i], _ = lock.New(newStore(b), lock.Config{Namespace: "bench"})
+			}
+			ctx := context.Background()
+			var lat []time.Duration
+			got, tried := 0, 0
+			var mu sync.Mutex
+			for round := 0; b.Loop(); round++ {
+				name := "six-" + strconv.Itoa(round) // a name never taken, as with a lock per order
+				var ready, took, wg sync.WaitGroup
+				start, done := make(chan struct{}), make(chan struct{})
+				ready.Add(n)
+				took.Add(n)
+				wg.Add(n)
+				for _, l := range lockers {
+					go func() {
+						defer wg.Done()
+						ready.Done()
+						<-start
+						t0 := time.Now()
+						h, ok, err := l.Take(ctx, name, lock.Options{MaxHolders: n})
+						d := time.Since(t0)
+						if err != nil {
+							b.Error(err)
+						}
+						mu.Lock()
+						lat, tried = append(lat, d), tried+1
+						if ok {
+							got++
+						}
+						mu.Unlock()
+						took.Done()
+						<-done // hold the place until every taker has tried
+						if ok {
+							if err := l.Release(ctx, h.Token); err != nil {
+								b.Error(err)
+							}
+						}
+					}()
+				}
+				ready.Wait()
+				close(start)
+				took.Wait()
+				close(done)
+				wg.Wait()
+			}
+			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*9/10].Microseconds()), "p90-µs")
+			b.ReportMetric(float64(got)/float64(tried), "got/tried")
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/clock"
@@ -105,24 +106,7 @@ func (s *SQL) Close() error {
 // Acquire implements Store.
 func (s *SQL) Acquire(ctx context.Context, k Key, secret string, ttl time.Duration, maxHolders int) (Grant, error) {
 	if s.d.Kind == dialect.Postgres {
-		var slot, fence, expiry sql.NullInt64
-		var sawFree bool
-		err := s.db.QueryRowContext(ctx, s.acquire, k.Namespace, k.Name, secret, ttl.Microseconds(), maxHolders).
-			Scan(&slot, &fence, &sawFree, &expiry)
-		if err != nil {
-			return Grant{}, err
-		}
-		if slot.Valid {
-			return Grant{Acquired: true, Slot: int(slot.Int64), Fence: fence.Int64, TTL: ttl}, nil
-		}
-		g := Grant{Expiry: -1}
-		switch {
-		case sawFree:
-			g.Expiry = 0
-		case expiry.Valid:
-			g.Expiry = time.Duration(expiry.Int64) * time.Microsecond
-		}
-		return g, nil
+		return s.acquirePostgres(ctx, k, secret, ttl, maxHolders)
 	}
 	now := s.clock.Now().UnixMilli()
 	ms := max(ttl.Milliseconds(), 1)
@@ -143,6 +127,45 @@ func (s *SQL) Acquire(ctx context.Context, k Key, secret string, ttl time.Durati
 	}
 	return Grant{Expiry: time.Duration(left.Int64) * time.Millisecond}, nil
 }
+
+// acquirePostgres runs the acquire statement until it takes a place or sees
+// none free. Concurrent statements read the free places from snapshots taken
+// at their start, so several may pick the same one; the losers' upsert takes
+// nothing although other places are free. A loser tries again at once: its
+// new statement's snapshot sees the winners' rows, and it looks from a random
+// slot so that losers of one race spread over the places still free. Each
+// lost race is a place another taker won, so the retries are few; past
+// pgRaceRetries the call answers a race just lost (Expiry 0) and the Locker's
+// own retry carries on within its wait.
+func (s *SQL) acquirePostgres(ctx context.Context, k Key, secret string, ttl time.Duration, maxHolders int) (Grant, error) {
+	from := 0
+	for race := 0; ; race++ {
+		var slot, fence, expiry sql.NullInt64
+		var sawFree bool
+		err := s.db.QueryRowContext(ctx, s.acquire, k.Namespace, k.Name, secret, ttl.Microseconds(), maxHolders, from).
+			Scan(&slot, &fence, &sawFree, &expiry)
+		if err != nil {
+			return Grant{}, err
+		}
+		if slot.Valid {
+			return Grant{Acquired: true, Slot: int(slot.Int64), Fence: fence.Int64, TTL: ttl}, nil
+		}
+		switch {
+		case sawFree && race < pgRaceRetries:
+			from = rand.IntN(maxHolders)
+		case sawFree:
+			return Grant{Expiry: 0}, nil
+		case expiry.Valid:
+			return Grant{Expiry: time.Duration(expiry.Int64) * time.Microsecond}, nil
+		default:
+			return Grant{Expiry: -1}, nil
+		}
+	}
+}
+
+// pgRaceRetries bounds the statements one Postgres Acquire runs after races
+// lost to concurrent takers.
+const pgRaceRetries = 64
 
 // Extend implements Store.
 func (s *SQL) Extend(ctx context.Context, k Key, slot int, secret string, ttl time.Duration) (Grant, error) {

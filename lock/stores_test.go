@@ -36,16 +36,16 @@ func unique() string {
 
 // memoryBackend shares one Memory between every "store" of a test: within a
 // process that is what sharing a memory store means.
-var memoryBackend = backend{name: "memory", open: func(t *testing.T) func(t *testing.T) lock.Store {
+var memoryBackend = backend{name: "memory", open: func(t testing.TB) func(t testing.TB) lock.Store {
 	m := lock.NewMemory(nil)
-	return func(*testing.T) lock.Store { return m }
+	return func(testing.TB) lock.Store { return m }
 }}
 
 // sqliteBackend gives each store its own pool over one in-memory database.
-var sqliteBackend = backend{name: "sqlite", open: func(t *testing.T) func(t *testing.T) lock.Store {
+var sqliteBackend = backend{name: "sqlite", open: func(t testing.TB) func(t testing.TB) lock.Store {
 	u := "sqlite://:memory:locks_" + unique()
 	first := openSQL(t, u, true)
-	return func(t *testing.T) lock.Store {
+	return func(t testing.TB) lock.Store {
 		if first != nil {
 			s := first
 			first = nil
@@ -57,10 +57,10 @@ var sqliteBackend = backend{name: "sqlite", open: func(t *testing.T) func(t *tes
 
 // postgresBackend runs each test in a schema of its own and gives each store
 // its own pool on it.
-var postgresBackend = backend{name: "postgres", open: func(t *testing.T) func(t *testing.T) lock.Store {
+var postgresBackend = backend{name: "postgres", open: func(t testing.TB) func(t testing.TB) lock.Store {
 	u := postgresSchema(t)
 	first := openSQL(t, u, true)
-	return func(t *testing.T) lock.Store {
+	return func(t testing.TB) lock.Store {
 		if first != nil {
 			s := first
 			first = nil
@@ -144,10 +144,10 @@ func TestRedis(t *testing.T) {
 
 // redisBackend gives each test a key prefix of its own and each store a
 // client of its own.
-var redisBackend = backend{name: "redis", open: func(t *testing.T) func(t *testing.T) lock.Store {
+var redisBackend = backend{name: "redis", open: func(t testing.TB) func(t testing.TB) lock.Store {
 	prefix := "test:" + unique() + ":"
 	t.Cleanup(func() { redisCleanup(t, prefix) })
-	return func(t *testing.T) lock.Store { return openRedis(t, prefix) }
+	return func(t testing.TB) lock.Store { return openRedis(t, prefix) }
 }}
 
 func redisClient(t testing.TB) *redis.Client {

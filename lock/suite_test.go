@@ -19,17 +19,18 @@ import (
 // shared place the test's locks live in.
 type backend struct {
 	name string
-	open func(t *testing.T) func(t *testing.T) lock.Store
+	open func(t testing.TB) func(t testing.TB) lock.Store
 }
 
 // runSuite runs the conformance suite against every backend.
 func runSuite(t *testing.T, b backend) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, newStore func(t *testing.T) lock.Store)
+		fn   func(t *testing.T, newStore func(t testing.TB) lock.Store)
 	}{
 		{"Mutex", testMutex},
 		{"ThreeAtATime", testThreeAtATime},
+		{"ConcurrentFreePlaces", testConcurrentFreePlaces},
 		{"WaiterPastWait", testWaiterPastWait},
 		{"CrashedHolder", testCrashedHolder},
 		{"Extension", testExtension},
@@ -82,7 +83,7 @@ func mustNotTake(t *testing.T, l *lock.Locker, name string, o lock.Options) {
 // 50 goroutines over 3 lockers with separate connections increment a
 // counter under the lock: no lost update, never two holders, and the fence
 // of each acquisition is above every fence before it.
-func testMutex(t *testing.T, newStore func(t *testing.T) lock.Store) {
+func testMutex(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	ctx := ctxT(t)
 	var lockers []*lock.Locker
 	for range 3 {
@@ -145,7 +146,7 @@ func testMutex(t *testing.T, newStore func(t *testing.T) lock.Store) {
 // Six callers on MaxHolders 3: three hold at once, three wait; each release
 // hands its place to a waiter at once (well under RetryDelay), never more
 // than three at once.
-func testThreeAtATime(t *testing.T, newStore func(t *testing.T) lock.Store) {
+func testThreeAtATime(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	ctx := ctxT(t)
 	const retry = 20 * time.Second // a waiter that needed its retry delay would fail the test
 	opts := lock.Options{MaxHolders: 3, TTL: time.Minute, Wait: time.Minute, RetryDelay: retry}
@@ -244,7 +245,7 @@ func testThreeAtATime(t *testing.T, newStore func(t *testing.T) lock.Store) {
 }
 
 // A waiter past its Wait gets false, or ErrNotAcquired with MustAcquire.
-func testWaiterPastWait(t *testing.T, newStore func(t *testing.T) lock.Store) {
+func testWaiterPastWait(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	ctx := ctxT(t)
 	s := newStore(t)
 	a, b := locker(t, s, "wait"), locker(t, newStore(t), "wait")
@@ -280,7 +281,7 @@ func testWaiterPastWait(t *testing.T, newStore func(t *testing.T) lock.Store) {
 
 // A holder that never releases blocks the others only until its TTL; then
 // its release and extension fail.
-func testCrashedHolder(t *testing.T, newStore func(t *testing.T) lock.Store) {
+func testCrashedHolder(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	ctx := ctxT(t)
 	crashed, next := locker(t, newStore(t), "crash"), locker(t, newStore(t), "crash")
 	const ttl = 500 * time.Millisecond
@@ -317,7 +318,7 @@ func testCrashedHolder(t *testing.T, newStore func(t *testing.T) lock.Store) {
 
 // Taking again with the token keeps the place past the first TTL, with the
 // same fence.
-func testExtension(t *testing.T, newStore func(t *testing.T) lock.Store) {
+func testExtension(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	ctx := ctxT(t)
 	a, b := locker(t, newStore(t), "ext"), locker(t, newStore(t), "ext")
 	const ttl = 300 * time.Millisecond
@@ -350,7 +351,7 @@ func testExtension(t *testing.T, newStore func(t *testing.T) lock.Store) {
 
 // The fencing number grows with each new acquisition, across lockers and
 // slots, never with an extension.
-func testFenceGrows(t *testing.T, newStore func(t *testing.T) lock.Store) {
+func testFenceGrows(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	ctx := ctxT(t)
 	ls := []*lock.Locker{locker(t, newStore(t), "fence"), locker(t, newStore(t), "fence")}
 	var last int64
@@ -375,7 +376,7 @@ func testFenceGrows(t *testing.T, newStore func(t *testing.T) lock.Store) {
 
 // Two namespaces never meet: the same name is held in each, and a token of
 // one is refused by the other without changing anything.
-func testNamespaces(t *testing.T, newStore func(t *testing.T) lock.Store) {
+func testNamespaces(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	ctx := ctxT(t)
 	s := newStore(t)
 	a, b := locker(t, s, "tenant-a"), locker(t, newStore(t), "tenant-b")
@@ -398,7 +399,7 @@ func testNamespaces(t *testing.T, newStore func(t *testing.T) lock.Store) {
 }
 
 // Bad input gets a clear error and changes nothing.
-func testBadInput(t *testing.T, newStore func(t *testing.T) lock.Store) {
+func testBadInput(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	ctx := ctxT(t)
 	l := locker(t, newStore(t), "bad")
 	h := mustTake(t, l, "held", lock.Options{})
@@ -441,7 +442,7 @@ func testBadInput(t *testing.T, newStore func(t *testing.T) lock.Store) {
 }
 
 // Release by name gives back this locker's holds, and only those.
-func testReleaseName(t *testing.T, newStore func(t *testing.T) lock.Store) {
+func testReleaseName(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	ctx := ctxT(t)
 	a, b := locker(t, newStore(t), "byname"), locker(t, newStore(t), "byname")
 	mustTake(t, a, "k", lock.Options{MaxHolders: 3})
@@ -464,7 +465,7 @@ func testReleaseName(t *testing.T, newStore func(t *testing.T) lock.Store) {
 }
 
 // A waiting Take ends with its context.
-func testCancel(t *testing.T, newStore func(t *testing.T) lock.Store) {
+func testCancel(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	a, b := locker(t, newStore(t), "cancel"), locker(t, newStore(t), "cancel")
 	mustTake(t, a, "k", lock.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -490,5 +491,70 @@ func recv2(t *testing.T, c <-chan struct{}, what string) {
 	case <-c:
 	case <-time.After(30 * time.Second):
 		t.Fatalf("no %s within 30s", what)
+	}
+}
+
+// N takers on N stores of their own (their own pools or clients), released
+// together by a barrier, on a name with N free places and no wait: every one
+// gets a place in its one try, round after round, each on a slot of its own.
+func testConcurrentFreePlaces(t *testing.T, newStore func(t testing.TB) lock.Store) {
+	ctx := ctxT(t)
+	for _, n := range []int{3, 6} {
+		lockers := make([]*lock.Locker, n)
+		for i := range lockers {
+			lockers[i] = locker(t, newStore(t), "free")
+		}
+		const rounds = 20
+		short := 0
+		for r := range rounds {
+			name := fmt.Sprintf("n%d-round%d", n, r)
+			holds := make([]lock.Hold, n)
+			errs := make([]error, n)
+			var ready, wg sync.WaitGroup
+			start := make(chan struct{})
+			ready.Add(n)
+			wg.Add(n)
+			for i, l := range lockers {
+				go func() {
+					defer wg.Done()
+					ready.Done()
+					<-start
+					h, ok, err := l.Take(ctx, name, lock.Options{MaxHolders: n, TTL: time.Minute})
+					if err == nil && !ok {
+						err = errors.New("no place")
+					}
+					holds[i], errs[i] = h, err
+				}()
+			}
+			ready.Wait()
+			close(start)
+			wg.Wait()
+			slots := map[int]bool{}
+			got := 0
+			for i, err := range errs {
+				if err != nil {
+					t.Logf("%d takers, round %d, taker %d: %v", n, r, i, err)
+					continue
+				}
+				got++
+				if slots[holds[i].Slot] {
+					t.Fatalf("%d takers, round %d: slot %d given twice", n, r, holds[i].Slot)
+				}
+				slots[holds[i].Slot] = true
+			}
+			if got < n {
+				short++
+			}
+			for i, err := range errs {
+				if err == nil {
+					if err := lockers[i].Release(ctx, holds[i].Token); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		if short > 0 {
+			t.Errorf("%d takers on %d free places: %d of %d rounds left a taker without a place", n, n, short, rounds)
+		}
 	}
 }

@@ -24,7 +24,8 @@ const LockChannel = "sqlinbox_locks"
 // LockAcquire takes the lowest free place in one statement.
 //
 // Postgres: $1 namespace, $2 name, $3 secret, $4 ttl in microseconds, $5 max
-// holders; one row: slot and fence (NULL when not taken), whether a free
+// holders, $6 the slot to look from (the lowest free slot from $6 up, else
+// the lowest below it: 0 asks for the lowest free slot); one row: slot and fence (NULL when not taken), whether a free
 // place was seen (a race lost when it was and none was taken), and the
 // microseconds until the nearest live holder's expiry (NULL when none).
 //
@@ -38,7 +39,7 @@ func (d *Dialect) LockAcquire() string {
     WHERE NOT EXISTS (
         SELECT 1 FROM ` + LockTable + ` l
         WHERE l.namespace = $1 AND l.name = $2 AND l.slot = s.slot AND l.expires_at > now())
-    ORDER BY s.slot LIMIT 1
+    ORDER BY s.slot < $6::int, s.slot LIMIT 1
 ), counter AS (
     INSERT INTO ` + LockTable + ` AS l (namespace, name, slot, fence, expires_at)
     SELECT $1, $2, -1, 1, 'infinity' FROM free

@@ -184,9 +184,13 @@ func OpenDB(url string) (*sql.DB, error) {
 }
 
 // New makes a broker on a pool the caller already has and keeps: a
-// *sql.DB (drivers modernc.org/sqlite or pgx's stdlib), a *sqlx.DB or a
-// *pgxpool.Pool. Subscriptions size their claims to the pool: they never hold
-// more than its size less one connection.
+// *sql.DB, a *sqlx.DB or a *pgxpool.Pool. The database is told from the
+// driver (modernc.org/sqlite, pgx's stdlib) or, through a wrapping driver
+// such as otelsql, from what it answers to select version() and select
+// sqlite_version(). A SQLite pool whose connections have no busy timeout
+// (sql.Open("sqlite", path)) is refused, with the DSN that sets one: open
+// it with OpenDB, or with that DSN. Subscriptions size their claims to the
+// pool: they never hold more than its size less one connection.
 func New(pool any, opts ...Option) (*Broker, error) {
 	var db *sql.DB
 	wrapped := false

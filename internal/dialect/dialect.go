@@ -4,11 +4,13 @@
 package dialect
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
 	"modernc.org/sqlite"
@@ -40,15 +42,86 @@ type Dialect struct {
 // Of returns the dialect of kind k.
 func Of(k Kind) *Dialect { return &Dialect{Kind: k} }
 
-// Detect tells the dialect of a pool from its driver.
+// Detect tells the dialect of a pool: from the driver when it is
+// modernc.org/sqlite's or pgx's own, otherwise by what the database answers
+// (select version() on Postgres, select sqlite_version() on SQLite), so a
+// pool opened through a wrapping driver (otelsql, sqlhooks) is served too.
+// A SQLite pool must wait for the writer's lock: one whose connections have
+// no busy timeout is refused (see CheckSQLitePool).
 func Detect(db *sql.DB) (*Dialect, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	var k Kind
 	switch db.Driver().(type) {
 	case *sqlite.Driver:
-		return Of(SQLite), nil
+		k = SQLite
 	case *stdlib.Driver:
-		return Of(Postgres), nil
+		k = Postgres
+	default:
+		var err error
+		if k, err = probe(ctx, db); err != nil {
+			return nil, err
+		}
 	}
-	return nil, fmt.Errorf("unsupported database/sql driver %T: use modernc.org/sqlite or github.com/jackc/pgx/v5/stdlib", db.Driver())
+	if k == SQLite {
+		if err := CheckSQLitePool(ctx, db); err != nil {
+			return nil, err
+		}
+	}
+	return Of(k), nil
+}
+
+// probeTimeout bounds the statements Detect runs.
+const probeTimeout = 30 * time.Second
+
+// probe asks the database behind an unknown driver what it is.
+func probe(ctx context.Context, db *sql.DB) (Kind, error) {
+	var v string
+	pgErr := db.QueryRowContext(ctx, "SELECT version()").Scan(&v)
+	if pgErr == nil && strings.HasPrefix(v, "PostgreSQL ") {
+		return Postgres, nil
+	}
+	liteErr := db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&v)
+	if liteErr == nil {
+		return SQLite, nil
+	}
+	answer := v
+	if pgErr != nil {
+		answer = "select version(): " + pgErr.Error() + "; select sqlite_version(): " + liteErr.Error()
+	}
+	return 0, fmt.Errorf("driver %T: could not tell SQLite or Postgres from what its database answers (%s): use modernc.org/sqlite or github.com/jackc/pgx/v5/stdlib, or a wrapper of either", db.Driver(), answer)
+}
+
+// CheckSQLitePool refuses a SQLite pool whose connections fail at once with
+// SQLITE_BUSY ("database is locked") when another connection writes: a
+// queue, a lock or a schedule shares the file with other writers, and
+// without a busy timeout claims, acks and startup hooks fail under
+// contention. It reads one connection's busy_timeout: set it in the DSN, so
+// every connection of the pool has it.
+func CheckSQLitePool(ctx context.Context, db *sql.DB) error {
+	var ms int
+	if err := db.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&ms); err != nil {
+		return fmt.Errorf("sqlite: read the pool's busy_timeout: %w", err)
+	}
+	if ms > 0 {
+		return nil
+	}
+	var seq int
+	var name, file string
+	_ = db.QueryRowContext(ctx, "SELECT seq, name, file FROM pragma_database_list WHERE name = 'main'").Scan(&seq, &name, &file)
+	if file == "" {
+		file = "/path/to/app.db"
+	}
+	return fmt.Errorf("sqlite pool has no busy timeout (PRAGMA busy_timeout is 0): its statements would fail with SQLITE_BUSY whenever another connection writes. "+
+		"Open it with inbox.OpenDB(%q), which sets a busy timeout, WAL and immediate write transactions; "+
+		"or with sql.Open(\"sqlite\", %q)",
+		"sqlite://"+file, SQLiteFileDSN(file))
+}
+
+// SQLiteFileDSN is the modernc.org/sqlite DSN of a file with the settings
+// SQLiteDSN gives every pool it opens.
+func SQLiteFileDSN(path string) string {
+	return fmt.Sprintf("file:%s?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate", path, SQLiteBusyTimeoutMillis)
 }
 
 func (d *Dialect) String() string { return d.Kind.String() }

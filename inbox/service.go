@@ -70,9 +70,11 @@ func (s *Service) Started() <-chan struct{} { return s.started }
 // the subscriptions until ctx is done (or, with Signals, SIGINT or SIGTERM
 // arrives). On stop each subscription claims no more, gives back rows it
 // claimed but had not started, and lets running handlers finish within its
-// ShutdownTimeout. A database that cannot be reached yet is waited for with
-// backoff (logged once); any other failure of a hook or a table check stops
-// Run with its error before anything is claimed.
+// ShutdownTimeout. A database that cannot be reached yet (refused, reset,
+// starting up, shutting down) is waited for with backoff (logged once); a
+// connection refused for good (unknown database, role or host, failed
+// authentication) stops Run with a *ConnectionError, as does any other
+// failure of a hook or a table check, before anything is claimed.
 func (s *Service) Run(ctx context.Context) error {
 	if s.Signals {
 		var stop context.CancelFunc

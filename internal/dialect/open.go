@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -151,16 +152,22 @@ func setsPragma(params url.Values, name string) bool {
 	return false
 }
 
+var userinfoPassword = regexp.MustCompile(`^([a-zA-Z][a-zA-Z0-9+.-]*://[^:/@]*:)[^@]*@`)
+
 func randomName() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
 
-// redact hides a password in a URL meant for an error message.
+// redact hides a password in a URL meant for an error message, also in a
+// URL too malformed to parse.
 func redact(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
+	if err != nil {
+		return userinfoPassword.ReplaceAllString(raw, "${1}xxxxx@")
+	}
+	if u.User == nil {
 		return raw
 	}
 	if _, ok := u.User.Password(); ok {

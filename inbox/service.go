@@ -28,6 +28,7 @@ type Service struct {
 	Signals bool
 	started chan struct{}
 	reg     *registry // nil unless Register was called
+	callHooks  []Hooks   // AddHooks
 }
 
 // NewService makes a service on broker b.
@@ -98,6 +99,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	s.installHooks()
 	if s.reg != nil {
 		s.reg.start(ctx)
 		defer s.reg.stop()

@@ -1,0 +1,122 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"reflect"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/claim"
+)
+
+// Hooks are calls every subscription of a service makes, for metrics and
+// traces (package inboxotel builds on them). Each must be quick and safe
+// for concurrent use; a nil field is not called.
+type Hooks struct {
+	// Handled is called after each row is settled, as Observe's function
+	// is (and on the same goroutines).
+	Handled func(sub *Subscription, e Event)
+	// Claimed is called after each claim statement, on the goroutine that
+	// sent it. A claim a paused queue skips sends nothing and is not
+	// reported.
+	Claimed func(sub *Subscription, c ClaimEvent)
+}
+
+// ClaimEvent is one claim statement.
+type ClaimEvent struct {
+	Start, End time.Time // on the broker's clock
+	Asked      int       // rows asked for (free workers)
+	Rows       int       // rows taken
+	// Queued is how long each row taken had been in the table, from its
+	// created_at to the claim; empty when the queue's struct tags no
+	// created_at (the claim overwrites the row's due time, so that is not
+	// known any more).
+	Queued []time.Duration
+	Err    error
+}
+
+// AddHooks adds hooks that every subscription of the service calls from
+// Run on. Call it before Run.
+func (s *Service) AddHooks(h Hooks) { s.callHooks = append(s.callHooks, h) }
+
+// installHooks wraps each subscription's observer and claimer in the
+// service's hooks; Run calls it once the tables are checked.
+func (s *Service) installHooks() {
+	if len(s.callHooks) == 0 {
+		return
+	}
+	hooks := s.callHooks
+	for _, sub := range s.subs {
+		prev, sub := sub.cfg.observe, sub
+		sub.cfg.observe = func(e Event) {
+			for _, h := range hooks {
+				if h.Handled != nil {
+					h.Handled(sub, e)
+				}
+			}
+			if prev != nil {
+				prev(e)
+			}
+		}
+		sub.claimer = hookedClaimer{Claimer: sub.claimer, sub: sub, hooks: hooks}
+	}
+}
+
+// hookedClaimer reports each claim to the hooks.
+type hookedClaimer struct {
+	claim.Claimer
+	sub   *Subscription
+	hooks []Hooks
+}
+
+func (c hookedClaimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
+	clk := c.sub.b.clock
+	start := clk.Now()
+	jobs, err := c.Claimer.Claim(ctx, max)
+	ev := ClaimEvent{Start: start, End: clk.Now(), Asked: max, Rows: len(jobs), Err: err}
+	if f := c.sub.shape.byRole[RoleCreatedAt]; f != nil {
+		for _, j := range jobs {
+			if j.Value == nil {
+				continue
+			}
+			if at := timeField(reflect.ValueOf(j.Value).Elem().FieldByIndex(f.index)); !at.IsZero() {
+				ev.Queued = append(ev.Queued, start.Sub(at))
+			}
+		}
+	}
+	for _, h := range c.hooks {
+		if h.Claimed != nil {
+			h.Claimed(c.sub, ev)
+		}
+	}
+	return jobs, err
+}
+
+// timeField reads a time.Time, *time.Time or sql.NullTime field.
+func timeField(v reflect.Value) time.Time {
+	switch p := v.Addr().Interface().(type) {
+	case *time.Time:
+		return *p
+	case **time.Time:
+		if *p != nil {
+			return **p
+		}
+	case *sql.NullTime:
+		if p.Valid {
+			return p.Time
+		}
+	}
+	return time.Time{}
+}
+
+// Name is the subscription's name (Name; default the table, and group).
+func (s *Subscription) Name() string { return s.cfg.name }
+
+// Workers is how many handlers the subscription runs at once.
+func (s *Subscription) Workers() int { return s.cfg.workers }
+
+// Queue is the subscription's queue as an Operator names it: its table,
+// group, column roles and lease.
+func (s *Subscription) Queue() QueueRef {
+	return QueueRef{Table: s.table, Group: s.group, Roles: s.roles(), Lease: s.cfg.lease}
+}

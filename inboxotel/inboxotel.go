@@ -1,0 +1,236 @@
+// Package inboxotel instruments an inbox.Service with the OpenTelemetry
+// API: metrics of its handlings, claims, workers and queues, and a span per
+// handling. It is a module of its own, so OpenTelemetry reaches only the
+// programs that import it.
+//
+//	svc := inbox.NewService("invoices", "1.0.0", broker)
+//	inbox.Handle(svc, queue, render, inbox.Workers(8))
+//	err := inboxotel.Instrument(svc, inboxotel.Config{}) // the global providers
+//
+// Metrics (attribute queue: the table, or table/group):
+//
+//	inbox.handlings           counter, by queue and outcome (acked, retried, parked, lost, released, failed)
+//	inbox.claims              counter of claim statements, by queue
+//	inbox.settlement.failures counter of settlements that failed (outcome failed), by queue
+//	inbox.handling.duration   histogram (s) of handler start to settlement, by queue and outcome
+//	inbox.queue.wait          histogram (s) of created_at to claim, by queue (queues whose struct tags created_at)
+//	inbox.claim.rows          histogram of rows a claim took, by queue
+//	inbox.rows                gauge of rows by queue and state (available, held, delayed, parked), read at collection
+//	inbox.workers.busy        gauge of rows claimed and not yet settled, by queue
+//	inbox.workers.total       gauge of workers, by queue
+//
+// Spans: one per handling, "inbox.handle <queue>", from the handler's start
+// to its settlement, with attributes inbox.queue, inbox.id, inbox.attempt and
+// inbox.outcome, and an error status when the handler failed. The span is
+// made from the settled event: it is a root span, and the handler's context
+// does not carry it.
+package inboxotel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sqlinbox/sqlinbox/inbox"
+)
+
+// Scope is the instrumentation scope's name.
+const Scope = "github.com/sqlinbox/sqlinbox/inboxotel"
+
+// Config configures Instrument. The zero value takes every default.
+type Config struct {
+	// MeterProvider makes the meter. Defaults to otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+	// TracerProvider makes the tracer. Defaults to otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+	// CountLimit bounds the rows the inbox.rows gauge reads per queue at
+	// each collection (see inbox.Operator.CountLimit). Defaults to
+	// inbox.DefaultCountLimit.
+	CountLimit int
+	// NoRowGauge leaves out the inbox.rows gauge and its query per queue
+	// at each collection.
+	NoRowGauge bool
+}
+
+// Instrument adds metrics and spans to every subscription of svc. Call it
+// after the subscriptions are added and before Run.
+func Instrument(svc *inbox.Service, cfg Config) error {
+	if cfg.MeterProvider == nil {
+		cfg.MeterProvider = otel.GetMeterProvider()
+	}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = otel.GetTracerProvider()
+	}
+	m := cfg.MeterProvider.Meter(Scope)
+	in := &instruments{tracer: cfg.TracerProvider.Tracer(Scope), busy: map[*inbox.Subscription]*atomic.Int64{}}
+	var err, e error
+	in.handlings, e = m.Int64Counter("inbox.handlings", metric.WithDescription("Rows handled, by queue and outcome."))
+	err = errors.Join(err, e)
+	in.claims, e = m.Int64Counter("inbox.claims", metric.WithDescription("Claim statements sent, by queue."))
+	err = errors.Join(err, e)
+	in.failures, e = m.Int64Counter("inbox.settlement.failures", metric.WithDescription("Settlements (ack, retry, park) that failed; the row comes back after its lease."))
+	err = errors.Join(err, e)
+	in.duration, e = m.Float64Histogram("inbox.handling.duration", metric.WithUnit("s"), metric.WithDescription("Handler start to settlement, by queue and outcome."))
+	err = errors.Join(err, e)
+	in.wait, e = m.Float64Histogram("inbox.queue.wait", metric.WithUnit("s"), metric.WithDescription("A row's created_at to its claim, by queue."))
+	err = errors.Join(err, e)
+	in.rows, e = m.Int64Histogram("inbox.claim.rows", metric.WithDescription("Rows one claim took, by queue."),
+		metric.WithExplicitBucketBoundaries(0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000))
+	err = errors.Join(err, e)
+	if err != nil {
+		return fmt.Errorf("inboxotel: %w", err)
+	}
+	subs := svc.Subscriptions()
+	for _, s := range subs {
+		in.busy[s] = &atomic.Int64{}
+	}
+	if err := in.gauges(m, svc, subs, cfg); err != nil {
+		return fmt.Errorf("inboxotel: %w", err)
+	}
+	svc.AddHooks(inbox.Hooks{Handled: in.handled, Claimed: in.claimed})
+	return nil
+}
+
+type instruments struct {
+	tracer                      trace.Tracer
+	handlings, claims, failures metric.Int64Counter
+	duration, wait              metric.Float64Histogram
+	rows                        metric.Int64Histogram
+	busy                        map[*inbox.Subscription]*atomic.Int64
+	attrsMu                     sync.Mutex
+	attrs                       map[attrKey]metric.MeasurementOption
+}
+
+type attrKey struct {
+	queue   string
+	outcome inbox.Outcome
+}
+
+// queueName is the queue attribute of a subscription.
+func queueName(s *inbox.Subscription) string {
+	q := s.Queue()
+	if q.Group == "" {
+		return q.Table
+	}
+	return q.Table + "/" + q.Group
+}
+
+// opts returns the (cached) attribute set of a queue and outcome.
+func (in *instruments) opts(queue string, outcome inbox.Outcome) metric.MeasurementOption {
+	k := attrKey{queue, outcome}
+	in.attrsMu.Lock()
+	defer in.attrsMu.Unlock()
+	if o, ok := in.attrs[k]; ok {
+		return o
+	}
+	if in.attrs == nil {
+		in.attrs = map[attrKey]metric.MeasurementOption{}
+	}
+	kv := []attribute.KeyValue{attribute.String("queue", queue)}
+	if outcome != "" {
+		kv = append(kv, attribute.String("outcome", string(outcome)))
+	}
+	o := metric.WithAttributeSet(attribute.NewSet(kv...))
+	in.attrs[k] = o
+	return o
+}
+
+func (in *instruments) handled(s *inbox.Subscription, e inbox.Event) {
+	ctx := context.Background()
+	queue := queueName(s)
+	in.busy[s].Add(-1)
+	o := in.opts(queue, e.Outcome)
+	in.handlings.Add(ctx, 1, o)
+	if e.Outcome == inbox.Failed {
+		in.failures.Add(ctx, 1, in.opts(queue, ""))
+	}
+	if e.Outcome == inbox.Released {
+		return // never handled: no time, no span
+	}
+	in.duration.Record(ctx, e.End.Sub(e.Start).Seconds(), o)
+	_, span := in.tracer.Start(ctx, "inbox.handle "+queue, trace.WithTimestamp(e.Start), trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("inbox.queue", queue), attribute.Int64("inbox.id", e.ID),
+			attribute.Int("inbox.attempt", e.Attempt), attribute.String("inbox.outcome", string(e.Outcome))))
+	if e.Err != nil {
+		span.RecordError(e.Err)
+		span.SetStatus(codes.Error, e.Err.Error())
+	}
+	span.End(trace.WithTimestamp(e.End))
+}
+
+func (in *instruments) claimed(s *inbox.Subscription, c inbox.ClaimEvent) {
+	ctx := context.Background()
+	in.busy[s].Add(int64(c.Rows))
+	o := in.opts(queueName(s), "")
+	in.claims.Add(ctx, 1, o)
+	if c.Err != nil {
+		return
+	}
+	in.rows.Record(ctx, int64(c.Rows), o)
+	for _, q := range c.Queued {
+		in.wait.Record(ctx, q.Seconds(), o)
+	}
+}
+
+// gauges registers the observable gauges: workers busy and total, and rows
+// by state per queue.
+func (in *instruments) gauges(m metric.Meter, svc *inbox.Service, subs []*inbox.Subscription, cfg Config) error {
+	busy, err := m.Int64ObservableGauge("inbox.workers.busy", metric.WithDescription("Rows claimed and not yet settled, by queue."))
+	if err != nil {
+		return err
+	}
+	total, err := m.Int64ObservableGauge("inbox.workers.total", metric.WithDescription("Workers, by queue."))
+	if err != nil {
+		return err
+	}
+	insts := []metric.Observable{busy, total}
+	var rows metric.Int64ObservableGauge
+	if !cfg.NoRowGauge {
+		rows, err = m.Int64ObservableGauge("inbox.rows", metric.WithDescription("Rows by queue and state (available, held, delayed, parked), of the first CountLimit rows in id order."))
+		if err != nil {
+			return err
+		}
+		insts = append(insts, rows)
+	}
+	op := inbox.NewOperator(svc.Broker())
+	if cfg.CountLimit > 0 {
+		op.CountLimit = cfg.CountLimit
+	}
+	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		workers, busyBy := map[string]int64{}, map[string]int64{}
+		refs := map[string]inbox.QueueRef{}
+		for _, s := range subs {
+			q := queueName(s)
+			workers[q] += int64(s.Workers())
+			busyBy[q] += in.busy[s].Load()
+			refs[q] = s.Queue()
+		}
+		var errs []error
+		for q := range workers {
+			qa := attribute.String("queue", q)
+			o.ObserveInt64(total, workers[q], metric.WithAttributes(qa))
+			o.ObserveInt64(busy, busyBy[q], metric.WithAttributes(qa))
+			if cfg.NoRowGauge {
+				continue
+			}
+			st, err := op.State(ctx, refs[q])
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			for state, n := range map[string]int64{inbox.StateAvailable: st.Available, inbox.StateHeld: st.Held, inbox.StateDelayed: st.Delayed, inbox.StateParked: st.Parked} {
+				o.ObserveInt64(rows, n, metric.WithAttributes(qa, attribute.String("state", state)))
+			}
+		}
+		return errors.Join(errs...)
+	}, insts...)
+	return err
+}

@@ -25,10 +25,10 @@ type Service struct {
 	// Signals makes Run stop on SIGINT and SIGTERM as well as on its
 	// context. Default true; tests that run several instances in one process
 	// may turn it off.
-	Signals bool
-	started chan struct{}
-	reg     *registry // nil unless Register was called
-	callHooks  []Hooks   // AddHooks
+	Signals   bool
+	started   chan struct{}
+	reg       *registry // nil unless Register was called
+	callHooks []Hooks   // AddHooks
 }
 
 // NewService makes a service on broker b.

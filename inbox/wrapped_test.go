@@ -64,6 +64,7 @@ func (c wrapConn) ResetSession(ctx context.Context) error {
 func init() {
 	sql.Register("wrapped-sqlite", wrapDriver{&sqlite.Driver{}})
 	sql.Register("wrapped-pgx", wrapDriver{stdlib.GetDefaultDriver()})
+	sql.Register("nothing", wrapDriver{nullDriver{}})
 }
 
 // A pool opened through a wrapping driver is recognised by what its
@@ -121,7 +122,6 @@ func TestWrappedDriver(t *testing.T) {
 // A pool of a database the library does not serve is refused saying what it
 // takes.
 func TestUnknownDatabaseRefused(t *testing.T) {
-	sql.Register("nothing", wrapDriver{nullDriver{}})
 	pool, err := sql.Open("nothing", "")
 	if err != nil {
 		t.Fatal(err)

@@ -142,8 +142,18 @@ type Locker struct {
 	clock clock.Clock
 
 	mu   sync.Mutex
-	held map[string]map[string]bool // name -> tokens this locker took and has not released
+	held map[string]map[string]*expiry[heldToken] // name -> token -> end: holds this locker took, not released
+	ends expiries[heldToken]
 }
+
+// heldToken is a hold the locker remembers for ReleaseName until it is
+// released or heldGrace past its expiry.
+type heldToken struct{ name, token string }
+
+// heldGrace is how long past a hold's expiry on the locker's clock the
+// locker still remembers it for ReleaseName: the store counts the TTL from
+// its own clock, a little later.
+const heldGrace = time.Second
 
 // New returns a locker of cfg.Namespace over store.
 func New(store Store, cfg Config) (*Locker, error) {
@@ -153,7 +163,7 @@ func New(store Store, cfg Config) (*Locker, error) {
 	if len(cfg.Namespace) > MaxName {
 		return nil, fmt.Errorf("%w: lock.New: Config.Namespace is %d bytes, more than %d", ErrInvalid, len(cfg.Namespace), MaxName)
 	}
-	return &Locker{store: store, ns: cfg.Namespace, clock: clock.OrHost(cfg.Clock), held: map[string]map[string]bool{}}, nil
+	return &Locker{store: store, ns: cfg.Namespace, clock: clock.OrHost(cfg.Clock), held: map[string]map[string]*expiry[heldToken]{}}, nil
 }
 
 // Namespace returns the locker's namespace.
@@ -203,7 +213,7 @@ func (l *Locker) Take(ctx context.Context, name string, o Options) (Hold, bool, 
 		}
 		if g.Acquired {
 			h := l.hold(k, g, secret, asked)
-			l.remember(name, h.Token)
+			l.remember(h)
 			return h, true, nil
 		}
 		elapsed := l.clock.Now().Sub(start)
@@ -266,6 +276,7 @@ func (l *Locker) ReleaseName(ctx context.Context, name string) error {
 		return err
 	}
 	l.mu.Lock()
+	l.reap()
 	tokens := make([]string, 0, len(l.held[name]))
 	for tok := range l.held[name] {
 		tokens = append(tokens, tok)
@@ -312,7 +323,9 @@ func (l *Locker) extend(ctx context.Context, k Key, o Options) (Hold, error) {
 		return Hold{}, fmt.Errorf("lock %s: extend: %w: the hold ended before (released, or its TTL passed); take the lock anew", quoteLock(l.ns, k.Name), ErrNotHeld)
 	}
 	g.Slot = t.slot
-	return l.hold(k, g, t.secret, asked), nil
+	h := l.hold(k, g, t.secret, asked)
+	l.remember(h)
+	return h, nil
 }
 
 func (l *Locker) hold(k Key, g Grant, secret string, asked time.Time) Hold {
@@ -323,25 +336,53 @@ func (l *Locker) hold(k Key, g Grant, secret string, asked time.Time) Hold {
 	}
 }
 
-func (l *Locker) remember(name, token string) {
+// remember keeps a hold for ReleaseName until its expiry (or, when it is
+// already remembered, moves its expiry: an extension).
+func (l *Locker) remember(h Hold) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	set := l.held[name]
-	if set == nil {
-		set = map[string]bool{}
-		l.held[name] = set
+	l.reap()
+	at := h.Expires.Add(heldGrace)
+	set := l.held[h.Name]
+	if e := set[h.Token]; e != nil {
+		l.ends.move(e, at)
+		return
 	}
-	set[token] = true
+	if set == nil {
+		set = map[string]*expiry[heldToken]{}
+		l.held[h.Name] = set
+	}
+	set[h.Token] = l.ends.push(heldToken{h.Name, h.Token}, at)
 }
 
 func (l *Locker) forget(name, token string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if set := l.held[name]; set != nil {
-		delete(set, token)
-		if len(set) == 0 {
-			delete(l.held, name)
+	l.reap()
+	if e := l.held[name][token]; e != nil {
+		l.ends.remove(e)
+		l.drop(heldToken{name, token})
+	}
+}
+
+// reap forgets the holds past their expiry and heldGrace. l.mu is held.
+func (l *Locker) reap() {
+	now := l.clock.Now()
+	for {
+		t, ok := l.ends.popEnded(now)
+		if !ok {
+			return
 		}
+		l.drop(t)
+	}
+}
+
+// drop forgets a hold whose heap entry is gone. l.mu is held.
+func (l *Locker) drop(t heldToken) {
+	set := l.held[t.name]
+	delete(set, t.token)
+	if len(set) == 0 {
+		delete(l.held, t.name)
 	}
 }
 

@@ -19,8 +19,13 @@ import (
 // A release publishes on a channel every Redis store of the prefix
 // subscribes to, so waiters on every instance wake at once.
 //
-// Lock hashes carry no Redis expiry: the fencing counter must outlive the
-// holds. A name costs one small hash for good.
+// A lock's hash expires (PEXPIRE) with its longest hold, and a release that
+// leaves no place held deletes it, so Redis keeps the live holds and nothing
+// of a name whose holds have ended. The fencing number therefore cannot be a
+// counter of the name alone: it is the greater of the hash's last fence plus
+// one and the server's TIME in microseconds, so a name taken anew after its
+// hash went still gets a greater number, as long as the server's clock does
+// not step back by more than the hold's TTL.
 type Redis struct {
 	client  redis.UniversalClient
 	prefix  string
@@ -125,6 +130,9 @@ func (r *Redis) key(k Key) string {
 // A place's field holds "expiresMs:fence:secret"; "fence" the counter.
 const redisNow = `local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function keep(ttl)
+  if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+end
 `
 
 var redisAcquire = redis.NewScript(redisNow + `
@@ -136,8 +144,10 @@ for s = 0, max - 1 do
   local exp = 0
   if v then exp = tonumber(string.match(v, '^(%d+):')) end
   if exp <= now then
-    local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
-    redis.call('HSET', KEYS[1], f, string.format('%d:%d:%s', now + ttl, fence, secret))
+    local last = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+    local fence = math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+    redis.call('HSET', KEYS[1], 'fence', string.format('%d', fence), f, string.format('%d:%d:%s', now + ttl, fence, secret))
+    keep(ttl)
     return {1, s, fence}
   end
   if nearest < 0 or exp - now < nearest then nearest = exp - now end
@@ -150,6 +160,7 @@ if not v then return -1 end
 local exp, fence, secret = string.match(v, '^(%d+):(%d+):(.*)$')
 if secret ~= ARGV[2] or tonumber(exp) <= now then return -1 end
 redis.call('HSET', KEYS[1], ARGV[1], string.format('%d:%s:%s', now + tonumber(ARGV[3]), fence, secret))
+keep(tonumber(ARGV[3]))
 return tonumber(fence)`)
 
 var redisRelease = redis.NewScript(redisNow + `
@@ -158,6 +169,7 @@ if not v then return 0 end
 local exp, fence, secret = string.match(v, '^(%d+):(%d+):(.*)$')
 if secret ~= ARGV[2] or tonumber(exp) <= now then return 0 end
 redis.call('HDEL', KEYS[1], ARGV[1])
+if redis.call('HLEN', KEYS[1]) <= 1 then redis.call('DEL', KEYS[1]) end
 redis.call('PUBLISH', ARGV[3], ARGV[4])
 return 1`)
 

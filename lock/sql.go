@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/clock"
@@ -16,7 +17,9 @@ import (
 
 // SQL keeps locks in the table sqlinbox_locks of a Postgres or SQLite
 // database (create it with migrations.ApplyLocks). Taking a free place is one
-// statement.
+// statement. A release deletes its row, and the store sweeps the rows of
+// expired holds every SQLOptions.SweepEvery, so the table keeps the live
+// holds and those that ended since the last sweep.
 //
 // On Postgres expiries run on the database's clock, and a release notifies
 // (NOTIFY sqlinbox_locks) the waiters of every instance; the store listens on
@@ -30,10 +33,13 @@ type SQL struct {
 	clock clock.Clock
 	hub   *notify.Hub
 
-	stop func()
-	done chan struct{}
+	log   *slog.Logger
+	sweep time.Duration
 
-	acquire, nearest, extend, release string
+	stop func()
+	done sync.WaitGroup
+
+	acquire, nearest, extend, release, releaseKeep, sweepSQL string
 }
 
 // SQLOptions configure NewSQL. The zero value is ready to use.
@@ -47,14 +53,23 @@ type SQLOptions struct {
 	// own listener until Close. Give both or neither.
 	Listener *notify.Listener
 	Hub      *notify.Hub
-	// Logger logs the store's own listener's reconnections.
-	// Default: slog.Default().
+	// Logger logs the store's own listener's reconnections and failed
+	// sweeps. Default: slog.Default().
 	Logger *slog.Logger
+	// SweepEvery is how often the store deletes the rows of expired holds
+	// (a release deletes its own at once). Zero means DefaultSweepEvery;
+	// negative means never (another instance's store sweeps the table).
+	SweepEvery time.Duration
 }
 
+// DefaultSweepEvery is how often a SQL store sweeps expired holds when
+// SQLOptions.SweepEvery is zero.
+const DefaultSweepEvery = time.Minute
+
 // NewSQL returns a store over the user's pool, checking that the lock table
-// is there. On Postgres without SQLOptions.Listener it starts a listener
-// that holds one pool connection until Close.
+// is there. It sweeps expired holds until Close. On Postgres without
+// SQLOptions.Listener it also runs a listener that holds one pool connection
+// until Close.
 func NewSQL(ctx context.Context, db *sql.DB, o SQLOptions) (*SQL, error) {
 	d, err := dialect.Detect(db)
 	if err != nil {
@@ -68,13 +83,23 @@ func NewSQL(ctx context.Context, db *sql.DB, o SQLOptions) (*SQL, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock: %s table %s is not usable (create it with migrations.ApplyLocks(ctx, db)): %w", d, dialect.LockTable, err)
 	}
-	s := &SQL{
-		db: db, d: d, clock: clock.OrHost(o.Clock),
-		acquire: d.LockAcquire(), nearest: d.LockNearest(), extend: d.LockExtend(), release: d.LockRelease(),
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
+	if o.SweepEvery == 0 {
+		o.SweepEvery = DefaultSweepEvery
+	}
+	s := &SQL{
+		db: db, d: d, clock: clock.OrHost(o.Clock), log: o.Logger, sweep: o.SweepEvery,
+		acquire: d.LockAcquire(), nearest: d.LockNearest(), extend: d.LockExtend(), release: d.LockRelease(),
+		sweepSQL: d.LockSweep(),
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.stop = cancel
 	switch {
 	case d.Kind == dialect.SQLite:
 		s.hub = notify.Default
+		s.releaseKeep = d.LockReleaseKeep()
 	case o.Listener != nil:
 		s.hub = o.Hub
 		o.Listener.Listen(dialect.LockChannel)
@@ -82,25 +107,67 @@ func NewSQL(ctx context.Context, db *sql.DB, o SQLOptions) (*SQL, error) {
 		s.hub = notify.NewHub()
 		l := notify.NewListener(db, s.hub, o.Logger)
 		l.Listen(dialect.LockChannel)
-		runCtx, cancel := context.WithCancel(context.Background())
-		s.stop, s.done = cancel, make(chan struct{})
-		go func() {
-			defer close(s.done)
-			_ = l.Run(runCtx)
-		}()
+		s.done.Go(func() { _ = l.Run(runCtx) })
+	}
+	if s.sweep > 0 {
+		s.done.Go(func() { s.sweeper(runCtx) })
 	}
 	return s, nil
 }
 
-// Close stops the store's own listener, if it runs one. The pool stays
-// open: it is the user's.
+// Close stops the store's sweep and its own listener, if it runs one. The
+// pool stays open: it is the user's.
 func (s *SQL) Close() error {
 	if s.stop != nil {
 		s.stop()
-		<-s.done
+		s.done.Wait()
 		s.stop = nil
 	}
 	return nil
+}
+
+// sweeper deletes the rows of expired holds every s.sweep of the host's
+// time until ctx ends. (Host time, not the store's clock: a fake clock's
+// tests count their timers, and a sweep early or late only moves when rows
+// go, not what a hold is.)
+func (s *SQL) sweeper(ctx context.Context) {
+	t := time.NewTicker(s.sweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("lock: sweep of expired holds failed; the next sweep tries again", "table", dialect.LockTable, "err", err)
+		}
+	}
+}
+
+// Sweep deletes the rows of holds that have ended, in batches, and answers
+// how many it deleted. The store runs it every SQLOptions.SweepEvery; call
+// it yourself to reclaim at once.
+func (s *SQL) Sweep(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		var args []any
+		if s.d.Kind == dialect.SQLite {
+			args = append(args, s.clock.Now().UnixMilli())
+		}
+		res, err := s.db.ExecContext(ctx, s.sweepSQL, args...)
+		if err != nil {
+			return total, fmt.Errorf("lock: sweep %s: %w", dialect.LockTable, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, fmt.Errorf("lock: sweep %s: %w", dialect.LockTable, err)
+		}
+		total += n
+		if n < dialect.LockSweepBatch {
+			return total, nil
+		}
+	}
 }
 
 // Acquire implements Store.
@@ -191,13 +258,12 @@ func (s *SQL) Release(ctx context.Context, k Key, slot int, secret string) (bool
 	if s.d.Kind == dialect.SQLite {
 		last = s.clock.Now().UnixMilli()
 	}
-	rows, err := s.db.QueryContext(ctx, s.release, k.Namespace, k.Name, slot, secret, last)
-	if err != nil {
-		return false, err
+	freed, err := s.exec(ctx, s.release, k.Namespace, k.Name, slot, secret, last)
+	if err == nil && !freed && s.releaseKeep != "" {
+		// The row of the table's greatest fence stays, freed.
+		freed, err = s.exec(ctx, s.releaseKeep, k.Namespace, k.Name, slot, secret, last)
 	}
-	freed := rows.Next()
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return false, err
 	}
 	if freed {
@@ -206,6 +272,17 @@ func (s *SQL) Release(ctx context.Context, k Key, slot int, secret string) (bool
 		s.hub.Wake(dialect.LockChannel, k.WakeKey())
 	}
 	return freed, nil
+}
+
+// exec runs a statement that returns a row when it changed one.
+func (s *SQL) exec(ctx context.Context, query string, args ...any) (bool, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return false, err
+	}
+	changed := rows.Next()
+	rows.Close()
+	return changed, rows.Err()
 }
 
 // Subscribe implements Store.

@@ -115,7 +115,7 @@ func openSQL(t testing.TB, u string, migrate bool) *lock.SQL {
 			t.Fatal(err)
 		}
 	}
-	s, err := lock.NewSQL(ctx, db, lock.SQLOptions{})
+	s, err := lock.NewSQL(ctx, db, lock.SQLOptions{SweepEvery: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,4 +285,36 @@ func (o *observed) Acquire(ctx context.Context, k lock.Key, secret string, ttl t
 		}
 	}
 	return g, err
+}
+
+// A Postgres table of an earlier version (a fence counter row per name,
+// released rows kept) upgrades in place: its leftovers go, and a name taken
+// again gets a fence above every fence it had.
+func TestPostgresUpgradeKeepsFencesGrowing(t *testing.T) {
+	u := postgresSchema(t)
+	db, _, err := dialect.Open(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := ctxT(t)
+	for _, q := range []string{
+		`CREATE TABLE sqlinbox_locks (namespace text NOT NULL, name text NOT NULL, slot integer NOT NULL CHECK (slot >= -1),
+			token text NOT NULL DEFAULT '', fence bigint NOT NULL, expires_at timestamptz NOT NULL, PRIMARY KEY (namespace, name, slot))`,
+		`INSERT INTO sqlinbox_locks VALUES ('up', 'order:1', -1, '', 41, 'infinity'), ('up', 'order:1', 0, '', 41, '-infinity'),
+			('up', 'order:2', -1, '', 7, 'infinity'), ('up', 'order:2', 0, 'x', 7, now() + interval '1 hour')`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := openSQL(t, u, true)
+	var rows int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM sqlinbox_locks").Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("after the upgrade %d rows (err %v), want the one live hold", rows, err)
+	}
+	h := mustTake(t, locker(t, s, "up"), "order:1", lock.Options{})
+	if h.Fence <= 41 {
+		t.Fatalf("fence %d after the upgrade, not above the name's 41", h.Fence)
+	}
 }

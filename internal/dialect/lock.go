@@ -1,33 +1,46 @@
 package dialect
 
+import "strconv"
+
 // The statements of the lock store (lock/), both dialects, in one place.
 //
-// The table (migrations/*/lock.sql) keeps one row per holder place, primary
-// key (namespace, name, slot) with slot below the caller's max holders, so the
-// key itself caps the holders. A released place keeps its row with an expiry
-// in the past. Postgres writes expiries with the database's now(); SQLite,
-// which has no clock of its own worth the name, takes now as a parameter in
-// Unix milliseconds.
+// The table (migrations/*/lock.sql) keeps one row per held place, primary key
+// (namespace, name, slot) with slot below the caller's max holders, so the
+// key itself caps the holders. A release deletes its row and the store's
+// sweep deletes the rows of expired holds, so the table holds the live holds
+// and those that ended since the last sweep, never a row per name ever used.
+// Postgres writes expiries with the database's now(); SQLite, which has no
+// clock of its own worth the name, takes now as a parameter in Unix
+// milliseconds.
 //
-// Fencing numbers: on Postgres a counter row at slot -1 is bumped in the
-// same statement that takes a place (its row lock orders concurrent takers);
-// on SQLite, with one writer at a time, the number is one more than the
-// greatest of the name's rows, which releases never remove.
+// Fencing numbers outlive the rows, so they come from the table, not the
+// name: on Postgres a sequence (LockFenceSequence), drawn when the place is
+// taken, under the row's lock when the row is there; on SQLite, with one
+// writer at a time, one more than the table's greatest fence, whose row the
+// sweep and releases keep.
 
 // LockTable is the lock store's table.
 const LockTable = "sqlinbox_locks"
+
+// LockFenceSequence (Postgres) numbers the acquisitions of every lock.
+const LockFenceSequence = "sqlinbox_locks_fence"
 
 // LockChannel is the Postgres NOTIFY channel of lock releases; the payload
 // is the lock's wake key.
 const LockChannel = "sqlinbox_locks"
 
-// LockAcquire takes the lowest free place in one statement.
+// LockSweepBatch bounds the rows one sweep statement deletes, so that a
+// sweep never holds SQLite's write lock, or many row locks, for long.
+const LockSweepBatch = 1000
+
+// LockAcquire takes a free place in one statement.
 //
 // Postgres: $1 namespace, $2 name, $3 secret, $4 ttl in microseconds, $5 max
 // holders, $6 the slot to look from (the lowest free slot from $6 up, else
-// the lowest below it: 0 asks for the lowest free slot); one row: slot and fence (NULL when not taken), whether a free
-// place was seen (a race lost when it was and none was taken), and the
-// microseconds until the nearest live holder's expiry (NULL when none).
+// the lowest below it: 0 asks for the lowest free slot); one row: slot and
+// fence (NULL when not taken), whether a free place was seen (a race lost
+// when it was and none was taken), and the microseconds until the nearest
+// live holder's expiry (NULL when none).
 //
 // SQLite: $1 namespace, $2 name, $3 secret, $4 now in Unix ms, $5 ttl in ms,
 // $6 max holders; a row of slot and fence when taken, none otherwise (then
@@ -40,17 +53,12 @@ func (d *Dialect) LockAcquire() string {
         SELECT 1 FROM ` + LockTable + ` l
         WHERE l.namespace = $1 AND l.name = $2 AND l.slot = s.slot AND l.expires_at > now())
     ORDER BY s.slot < $6::int, s.slot LIMIT 1
-), counter AS (
-    INSERT INTO ` + LockTable + ` AS l (namespace, name, slot, fence, expires_at)
-    SELECT $1, $2, -1, 1, 'infinity' FROM free
-    ON CONFLICT (namespace, name, slot) DO UPDATE SET fence = l.fence + 1
-    RETURNING fence
 ), took AS (
     INSERT INTO ` + LockTable + ` AS l (namespace, name, slot, token, fence, expires_at)
-    SELECT $1, $2, free.slot, $3, counter.fence, now() + $4::bigint * interval '1 microsecond'
-    FROM free, counter
+    SELECT $1, $2, free.slot, $3, nextval('` + LockFenceSequence + `'), now() + $4::bigint * interval '1 microsecond'
+    FROM free
     ON CONFLICT (namespace, name, slot) DO UPDATE
-        SET token = excluded.token, fence = excluded.fence, expires_at = excluded.expires_at
+        SET token = excluded.token, fence = nextval('` + LockFenceSequence + `'), expires_at = excluded.expires_at
         WHERE l.expires_at <= now()
     RETURNING slot, fence
 )
@@ -64,9 +72,7 @@ FROM (SELECT 1) AS one LEFT JOIN took ON true`
     SELECT 0 UNION ALL SELECT slot + 1 FROM slots WHERE slot + 1 < $6
 )
 INSERT INTO ` + LockTable + ` (namespace, name, slot, token, fence, expires_at)
-SELECT $1, $2, slots.slot, $3,
-    (SELECT COALESCE(MAX(fence), 0) + 1 FROM ` + LockTable + ` WHERE namespace = $1 AND name = $2),
-    $4 + $5
+SELECT $1, $2, slots.slot, $3, (SELECT COALESCE(MAX(fence), 0) + 1 FROM ` + LockTable + `), $4 + $5
 FROM slots
 WHERE NOT EXISTS (
     SELECT 1 FROM ` + LockTable + ` l
@@ -102,22 +108,52 @@ WHERE namespace = $1 AND name = $2 AND slot = $3 AND token = $4 AND expires_at >
 RETURNING fence`)
 }
 
-// LockRelease frees a live place, keeping its row (and so its fence); it
-// returns a row when it freed one. On Postgres it also notifies LockChannel
-// with the wake key, delivered at commit.
+// LockRelease frees a live place; it returns a row when it freed one.
 //
-// Postgres: $1 namespace, $2 name, $3 slot, $4 secret, $5 wake key.
-// SQLite: $1 namespace, $2 name, $3 slot, $4 secret, $5 now in Unix ms.
+// Postgres: it deletes the row and notifies LockChannel with the wake key,
+// delivered at commit. $1 namespace, $2 name, $3 slot, $4 secret, $5 wake
+// key.
+//
+// SQLite: it deletes the row unless it holds the table's greatest fence (see
+// LockReleaseKeep). $1 namespace, $2 name, $3 slot, $4 secret, $5 now in
+// Unix ms.
 func (d *Dialect) LockRelease() string {
 	if d.Kind == Postgres {
 		return `WITH freed AS (
-    UPDATE ` + LockTable + ` SET token = '', expires_at = '-infinity'
+    DELETE FROM ` + LockTable + `
     WHERE namespace = $1 AND name = $2 AND slot = $3 AND token = $4 AND expires_at > now()
     RETURNING 1
 )
 SELECT pg_notify('` + LockChannel + `', $5) FROM freed`
 	}
+	return d.Rebind(`DELETE FROM ` + LockTable + `
+WHERE namespace = $1 AND name = $2 AND slot = $3 AND token = $4 AND expires_at > $5
+    AND fence < (SELECT MAX(fence) FROM ` + LockTable + `)
+RETURNING 1`)
+}
+
+// LockReleaseKeep (SQLite) frees a live place keeping its row, for the one
+// row LockRelease keeps: the table's greatest fence. Same parameters.
+func (d *Dialect) LockReleaseKeep() string {
 	return d.Rebind(`UPDATE ` + LockTable + ` SET token = '', expires_at = 0
 WHERE namespace = $1 AND name = $2 AND slot = $3 AND token = $4 AND expires_at > $5
 RETURNING 1`)
+}
+
+// LockSweep deletes up to LockSweepBatch rows of holds that have ended; run
+// it again while it deletes a full batch. Concurrent sweeps skip each
+// other's rows (Postgres); SQLite keeps the row of the table's greatest
+// fence.
+//
+// Postgres: no parameters. SQLite: $1 now in Unix ms.
+func (d *Dialect) LockSweep() string {
+	if d.Kind == Postgres {
+		return `DELETE FROM ` + LockTable + ` WHERE ctid IN (
+    SELECT ctid FROM ` + LockTable + ` WHERE expires_at <= now()
+    LIMIT ` + strconv.Itoa(LockSweepBatch) + ` FOR UPDATE SKIP LOCKED)`
+	}
+	return d.Rebind(`DELETE FROM ` + LockTable + ` WHERE (namespace, name, slot) IN (
+    SELECT namespace, name, slot FROM ` + LockTable + `
+    WHERE expires_at <= $1 AND fence < (SELECT MAX(fence) FROM ` + LockTable + `)
+    LIMIT ` + strconv.Itoa(LockSweepBatch) + `)`)
 }

@@ -1,6 +1,6 @@
--- The lock store's table: one row per holder place of a lock, the primary
--- key capping the holders. slot -1 is the name's fencing counter; a released
--- place keeps its row with expires_at '-infinity'.
+-- The lock store's table: one row per held place of a lock, the primary key
+-- capping the holders. A release deletes its row; the store's sweep deletes
+-- the rows of expired holds.
 CREATE TABLE IF NOT EXISTS sqlinbox_locks (
     namespace  text        NOT NULL,
     name       text        NOT NULL,
@@ -10,3 +10,16 @@ CREATE TABLE IF NOT EXISTS sqlinbox_locks (
     expires_at timestamptz NOT NULL,
     PRIMARY KEY (namespace, name, slot)
 )
+-- ;
+-- Fencing numbers of every lock of the table, so that a name's rows can go
+-- when its holds end and its next holder still gets a greater number.
+CREATE SEQUENCE IF NOT EXISTS sqlinbox_locks_fence
+-- ;
+-- Tables of earlier versions kept a counter row (slot -1) per name and the
+-- rows of released places: the sequence starts above their greatest fence,
+-- and they go.
+SELECT setval('sqlinbox_locks_fence', m.fence)
+FROM (SELECT max(fence) AS fence FROM sqlinbox_locks) AS m
+WHERE m.fence > (SELECT last_value FROM sqlinbox_locks_fence)
+-- ;
+DELETE FROM sqlinbox_locks WHERE slot = -1 OR expires_at <= now()

@@ -66,40 +66,27 @@ func checkTable(ctx context.Context, b *Broker, table string, s *shape, grouped 
 	for _, c := range cols {
 		byName[c.Name] = c
 	}
-	alter := func(col string, r Role) string {
-		t := roleTypes[r]
-		typ := t.liteAdd
-		if d.Kind == dialect.Postgres {
-			typ = t.pgAdd
-		}
-		if r == "" {
-			typ = "<type>"
-		}
-		return fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", dialect.Quote(table), dialect.Quote(col), typ)
-	}
 	var tm dialect.Times
 	for _, f := range s.fields {
 		c, ok := byName[f.column]
 		if !ok {
-			return claim.Table{}, &TableError{Table: table, Column: f.column, Problem: "is missing", Fix: alter(f.column, f.role)}
+			return claim.Table{}, fixErr(ctx, b, table, cols, f, "is missing", d.Kind == dialect.SQLite && f.role == RoleID)
 		}
 		if f.role == "" {
 			continue
 		}
 		if d.Kind == dialect.Postgres {
 			if !typeIn(c.Type, roleTypes[f.role].pg) {
-				return claim.Table{}, &TableError{Table: table, Column: f.column,
-					Problem: fmt.Sprintf("has type %s, which cannot hold the role %s (takes %s)", c.Type, f.role, strings.Join(roleTypes[f.role].pg, ", ")),
-					Fix:     fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", dialect.Quote(table), dialect.Quote(f.column), strings.Fields(roleTypes[f.role].pgAdd)[0])}
+				return claim.Table{}, fixErr(ctx, b, table, cols, f,
+					fmt.Sprintf("has type %s, which cannot hold the role %s (takes %s)", c.Type, f.role, strings.Join(roleTypes[f.role].pg, ", ")), true)
 			}
 		} else if f.role == RoleLockedUntil && (strings.Contains(c.Type, "blob") || strings.Contains(c.Type, "real") || strings.Contains(c.Type, "floa") || strings.Contains(c.Type, "doub")) {
-			return claim.Table{}, &TableError{Table: table, Column: f.column,
-				Problem: fmt.Sprintf("is declared %s; SQLite times are kept as DATETIME text or INTEGER milliseconds", c.Type),
-				Fix:     "recreate the column as DATETIME (text, UTC 'YYYY-MM-DD HH:MM:SS.SSS') or INTEGER (Unix milliseconds)"}
+			return claim.Table{}, fixErr(ctx, b, table, cols, f,
+				fmt.Sprintf("is declared %s; SQLite times are kept as DATETIME text (UTC 'YYYY-MM-DD HH:MM:SS.SSS') or INTEGER Unix milliseconds", c.Type), true)
 		}
 		if (f.role == RoleID || f.role == RoleAttempts) && d.Kind == dialect.SQLite && !strings.Contains(c.Type, "int") {
-			return claim.Table{}, &TableError{Table: table, Column: f.column,
-				Problem: fmt.Sprintf("is declared %s; the role %s needs an INTEGER column", c.Type, f.role), Fix: alter(f.column, f.role)}
+			return claim.Table{}, fixErr(ctx, b, table, cols, f,
+				fmt.Sprintf("is declared %s; the role %s needs an INTEGER column", c.Type, f.role), true)
 		}
 		if f.role == RoleLockedUntil {
 			tm = dialect.Times{Kind: d.Kind, Encoding: dialect.EncodingFor(d.Kind, c.Type), InDatabase: clock.InDatabase(b.clock)}
@@ -111,8 +98,8 @@ func checkTable(ctx context.Context, b *Broker, table string, s *shape, grouped 
 	}
 	id, group := s.column(RoleID), s.column(RoleGroup)
 	if !leads(idx, id) {
-		return claim.Table{}, &TableError{Table: table, Column: id, Problem: "has no index (claims walk rows in id order)",
-			Fix: fmt.Sprintf("make it the primary key, or CREATE UNIQUE INDEX %s ON %s (%s)", dialect.Quote(bare(table)+"_"+id), dialect.Quote(table), dialect.Quote(id))}
+		return claim.Table{}, &TableError{Table: table, Column: id, Problem: "has no index (claims walk rows in id order): make it the primary key, or give it a unique index",
+			Fix: fmt.Sprintf("CREATE UNIQUE INDEX %s ON %s (%s)", dialect.Quote(bare(table)+"_"+id), dialect.Quote(table), dialect.Quote(id))}
 	}
 	if grouped && !leads(idx, group) {
 		return claim.Table{}, &TableError{Table: table, Column: group, Problem: "has no index serving a claim of one group",

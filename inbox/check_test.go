@@ -33,17 +33,22 @@ func TestTableCheck(t *testing.T) {
 			{name: "missing locked_until", ddl: "CREATE TABLE jobs (id integer PRIMARY KEY, payload text, group_name text, attempts integer, last_error text)", column: "locked_until", want: "ADD COLUMN \"locked_until\""},
 			{name: "missing attempts", ddl: "CREATE TABLE jobs (id integer PRIMARY KEY, payload text, group_name text, locked_until timestamptz, last_error text)", column: "attempts", want: "ADD COLUMN \"attempts\""},
 			{name: "no group index", group: "eu", ddl: "CREATE TABLE jobs (id integer PRIMARY KEY, payload text, group_name text, locked_until timestamptz, attempts integer, last_error text)", column: "group_name", want: "CREATE INDEX"},
+			{name: "missing id", ddl: "CREATE TABLE jobs (payload text, group_name text, locked_until timestamptz, attempts integer, last_error text)", column: "id", want: "\"id\""},
+			{name: "missing id, another primary key", ddl: "CREATE TABLE jobs (k text PRIMARY KEY, payload text, group_name text, locked_until timestamptz, attempts integer, last_error text); INSERT INTO jobs (k, payload) VALUES ('a', 'p')", column: "id", want: "\"id\""},
 			{name: "no id index", ddl: "CREATE TABLE jobs (id integer, payload text, group_name text, locked_until timestamptz, attempts integer, last_error text)", column: "id", want: "primary key"},
 		}
 		if pg {
 			cases = append(cases,
 				tc{name: "locked_until without time zone", ddl: "CREATE TABLE jobs (id integer PRIMARY KEY, payload text, group_name text, locked_until timestamp, attempts integer, last_error text)", column: "locked_until", want: "TYPE timestamptz"},
+				tc{name: "text locked_until", ddl: "CREATE TABLE jobs (id integer PRIMARY KEY, payload text, group_name text, locked_until text, attempts integer, last_error text); INSERT INTO jobs (id, payload, locked_until) VALUES (1, 'p', '2026-01-01 00:00:00+00')", column: "locked_until", want: "TYPE timestamptz"},
+				tc{name: "text id", ddl: "CREATE TABLE jobs (id text PRIMARY KEY, payload text, group_name text, locked_until timestamptz, attempts integer, last_error text); INSERT INTO jobs (id, payload) VALUES ('7', 'p')", column: "id", want: "TYPE bigint"},
 				tc{name: "text attempts", ddl: "CREATE TABLE jobs (id integer PRIMARY KEY, payload text, group_name text, locked_until timestamptz, attempts text, last_error text)", column: "attempts", want: "TYPE integer"},
 			)
 		} else {
 			cases = append(cases,
 				tc{name: "blob locked_until", ddl: "CREATE TABLE jobs (id integer PRIMARY KEY, payload text, group_name text, locked_until blob, attempts integer, last_error text)", column: "locked_until", want: "DATETIME"},
-				tc{name: "text id", ddl: "CREATE TABLE jobs (id text PRIMARY KEY, payload text, group_name text, locked_until datetime, attempts integer, last_error text)", column: "id", want: "INTEGER"},
+				tc{name: "text id", ddl: "CREATE TABLE jobs (id text PRIMARY KEY, payload text, group_name text, locked_until datetime, attempts integer, last_error text); INSERT INTO jobs (id, payload) VALUES ('7', 'p'); CREATE INDEX jobs_payload ON jobs (payload)", column: "id", want: "INTEGER"},
+				tc{name: "text attempts", ddl: "CREATE TABLE jobs (id integer PRIMARY KEY, payload text, group_name text, locked_until datetime, attempts text NOT NULL DEFAULT '0', last_error text); INSERT INTO jobs (id, payload) VALUES (3, 'p')", column: "attempts", want: "INTEGER"},
 			)
 		}
 		for _, c := range cases {
@@ -78,6 +83,24 @@ func TestTableCheck(t *testing.T) {
 				if te.Table != "jobs" || te.Column != c.column || !strings.Contains(err.Error(), c.want) {
 					t.Fatalf("error %q: want table jobs, column %q, text %q", err, c.column, c.want)
 				}
+				if c.ddl == "" {
+					return // the fix names migrations.Apply or a CREATE TABLE to write
+				}
+				// Each fix runs as printed, and the table then passes (a
+				// table with several problems gets one fix at a time).
+				for range 5 {
+					if _, err := b.DB().ExecContext(ctx, te.Fix); err != nil {
+						t.Fatalf("the fix for %q fails as printed: %v\n%s", te.Problem, err, te.Fix)
+					}
+					err := checkOnce(t, b, q)
+					if err == nil {
+						return
+					}
+					if !errors.As(err, &te) {
+						t.Fatalf("after the fix: %v", err)
+					}
+				}
+				t.Fatalf("still failing after 5 fixes: %v", te)
 			})
 		}
 	})
@@ -126,5 +149,31 @@ func TestBadInputRefusedAtConstruction(t *testing.T) {
 	}
 	if _, err := inbox.Open("sqlite://:memory:", inbox.ListenNotify()); err == nil {
 		t.Error("ListenNotify on SQLite accepted")
+	}
+}
+
+// checkOnce runs q's table check as a service would: nil once the service
+// has started, else the check's error.
+func checkOnce(t *testing.T, b *inbox.Broker, q inbox.Queue[Job]) error {
+	t.Helper()
+	svc := inbox.NewService("check", "test", b)
+	svc.Signals = false
+	if _, err := inbox.Handle(svc, q, func(context.Context, Job) error { return errors.New("not now") }, inbox.Workers(1)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-svc.Started():
+		cancel()
+		<-done
+		return nil
+	case <-time.After(30 * time.Second):
+		t.Fatal("the table check took over 30s")
+		return nil
 	}
 }

@@ -13,6 +13,10 @@ type Column struct {
 	Name string
 	Type string // the declared type, lower case
 	PK   bool   // part of the primary key
+	// NotNull and Default (its SQL text, "" for none) are read on SQLite
+	// only, for the rebuild a fix prints (see SQLiteRebuild).
+	NotNull bool
+	Default string
 }
 
 // Index is an index's columns in order.
@@ -39,7 +43,7 @@ WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum`, Quote(table))
 	} else {
 		schema, name := splitSchema(table)
-		rows, err = db.QueryContext(ctx, `SELECT name, type, pk > 0 FROM pragma_table_info(?1, ?2) ORDER BY cid`, name, schema)
+		rows, err = db.QueryContext(ctx, `SELECT name, type, pk > 0, "notnull" <> 0, COALESCE(dflt_value, '') FROM pragma_table_info(?1, ?2) ORDER BY cid`, name, schema)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read the columns of %q: %w", table, err)
@@ -48,7 +52,11 @@ ORDER BY a.attnum`, Quote(table))
 	var cols []Column
 	for rows.Next() {
 		var c Column
-		if err := rows.Scan(&c.Name, &c.Type, &c.PK); err != nil {
+		dest := []any{&c.Name, &c.Type, &c.PK}
+		if d.Kind == SQLite {
+			dest = append(dest, &c.NotNull, &c.Default)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		c.Type = strings.ToLower(c.Type)

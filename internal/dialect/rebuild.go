@@ -1,0 +1,84 @@
+package dialect
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// SQLiteRebuild writes the statements that rebuild a SQLite table with
+// columns changed or added, which ALTER TABLE cannot do (a primary key
+// column cannot be added, nor a column's type changed): a new table with
+// every column of cols, each declared as before unless decls gives it a new
+// declaration, plus the columns of decls that cols lacks; the rows copied;
+// the old table dropped and the new one renamed; then the old table's own
+// indexes and triggers created again. A column declared PRIMARY KEY in
+// decls takes the key from the column that had it, which keeps a UNIQUE
+// constraint. One transaction: run it as printed (sqlite3 CLI, or one Exec).
+func (d *Dialect) SQLiteRebuild(ctx context.Context, db Querier, table string, cols []Column, decls map[string]string) (string, error) {
+	schema, name := splitSchema(table)
+	newPK := false
+	for _, decl := range decls {
+		newPK = newPK || strings.Contains(strings.ToUpper(decl), "PRIMARY KEY")
+	}
+	var defs, copied []string
+	seen := map[string]bool{}
+	for _, c := range cols {
+		seen[c.Name] = true
+		copied = append(copied, Quote(c.Name))
+		if decl, ok := decls[c.Name]; ok {
+			defs = append(defs, Quote(c.Name)+" "+decl)
+			continue
+		}
+		def := Quote(c.Name)
+		if c.Type != "" {
+			def += " " + strings.ToUpper(c.Type)
+		}
+		if c.PK && !newPK {
+			def += " PRIMARY KEY"
+		} else if c.PK {
+			def += " UNIQUE"
+		}
+		if c.NotNull {
+			def += " NOT NULL"
+		}
+		if c.Default != "" {
+			def += " DEFAULT " + c.Default
+		}
+		defs = append(defs, def)
+	}
+	for _, c := range slices.Sorted(maps.Keys(decls)) {
+		if !seen[c] {
+			defs = append(defs, Quote(c)+" "+decls[c])
+		}
+	}
+	rows, err := db.QueryContext(ctx, `SELECT sql FROM pragma_table_list(?2) AS l, `+Quote(schema)+`.sqlite_master AS m
+WHERE l.name = ?1 AND m.tbl_name = ?1 AND m.type IN ('index', 'trigger') AND m.sql IS NOT NULL ORDER BY m.type, m.name`, name, schema)
+	if err != nil {
+		return "", fmt.Errorf("read the indexes and triggers of %q: %w", table, err)
+	}
+	defer rows.Close()
+	var again []string
+	for rows.Next() {
+		var stmt string
+		if err := rows.Scan(&stmt); err != nil {
+			return "", err
+		}
+		again = append(again, stmt+";")
+	}
+	if err := rows.Err(); err != nil {
+		return "", err
+	}
+	tmp := Quote(schema) + "." + Quote(name+"_rebuild")
+	var b strings.Builder
+	fmt.Fprintf(&b, "BEGIN IMMEDIATE; CREATE TABLE %s (%s); ", tmp, strings.Join(defs, ", "))
+	fmt.Fprintf(&b, "INSERT INTO %s (%s) SELECT %s FROM %s; ", tmp, strings.Join(copied, ", "), strings.Join(copied, ", "), Quote(table))
+	fmt.Fprintf(&b, "DROP TABLE %s; ALTER TABLE %s RENAME TO %s; ", Quote(table), tmp, Quote(name))
+	for _, s := range again {
+		b.WriteString(s + " ")
+	}
+	b.WriteString("COMMIT;")
+	return b.String(), nil
+}

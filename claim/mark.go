@@ -1,6 +1,7 @@
 package claim
 
 import (
+	"database/sql"
 	"math"
 	"sync"
 	"time"
@@ -13,16 +14,44 @@ import (
 // drain (lease, 2x100) that walk was 45% of the machine's CPU (perf:
 // ExecSetParamPlan -> _bt_first -> _bt_getbuf). So while claims find what
 // they ask for, the next one starts at the least id the last one took; a
-// claim that comes back short, or Rescan since the last walk from the
-// start, walks from the start again. A row behind the mark that becomes
-// available again (a lease run out, a retry come due, a delayed publish, a
+// claim that comes back short, or Rescan since the last such walk, starts
+// at the floor instead. A row behind the mark that becomes available
+// again (a lease run out, a retry come due, a delayed publish, a
 // rolled-back hold) waits one Rescan (the poll interval) at most.
+//
+// The floor is where the table's live rows begin: the least id of any row
+// (held or not) at the last floor read, or, when none was left, one past
+// the greatest id this claimer took; before the first read, the table's
+// start. A form that has a floor statement reads it at most once a Rescan,
+// and only after it took rows since the last read, so an idle claimer
+// sends none; and every DeepRescans Rescans it reads it from the table's
+// start. Every row that exists when the floor is read is at or above it,
+// so leases, retries and delays are found within one Rescan as before. A
+// row can appear below the floor only if it commits after the read with a
+// smaller id than every row then live (a transaction that took its id
+// from the sequence before another's and committed after the floor read,
+// or an id the publisher wrote): that row waits for the next read from
+// the start, (DeepRescans+1) Rescans at most. Without a floor read the
+// floor is the table's start, as before (SQLite, where a deleted row
+// leaves no index entry behind).
 type Mark struct {
 	mu      sync.Mutex
 	marked  bool  // the last claim was full: the next starts at from
 	from    int64 // the least id the last full claim took
 	scanned time.Time
+
+	floor   int64     // where the live rows begin (see Mark)
+	read    bool      // the floor was read at least once
+	readAt  time.Time // the last floor read
+	deepAt  time.Time // the last floor read from the table's start
+	took    bool      // rows were taken since the last floor read
+	hi      int64     // the greatest id taken
+	tookAny bool      // hi is set
 }
+
+// DeepRescans is how many Rescans pass between floor reads from the
+// table's start (see Mark).
+const DeepRescans = 60
 
 // Start returns the least id the next claim looks at, now being the time on
 // the form's clock: math.MinInt64 for the whole table, since ids may be
@@ -32,9 +61,55 @@ func (m *Mark) Start(now time.Time, rescan time.Duration) int64 {
 	defer m.mu.Unlock()
 	if !m.marked || rescan <= 0 || now.Sub(m.scanned) >= rescan {
 		m.marked, m.scanned = false, now
-		return math.MinInt64
+		if !m.read {
+			return math.MinInt64
+		}
+		return m.floor
 	}
 	return m.from
+}
+
+// FloorDue says whether the floor is to be read before the next claim, and
+// from which id: the first time and every DeepRescans Rescans from the
+// table's start, else from the floor once a Rescan has passed since the
+// last read and rows were taken since (at once while the floor is still
+// the table's start).
+func (m *Mark) FloorDue(now time.Time, rescan time.Duration) (from int64, due bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case rescan <= 0:
+		return 0, false
+	case !m.read || now.Sub(m.deepAt) >= DeepRescans*rescan:
+		return math.MinInt64, true
+	case m.took && (m.floor == math.MinInt64 || now.Sub(m.readAt) >= rescan):
+		// With no floor yet (the table was empty at the last read and
+		// nothing had been taken), the first rows taken give it one.
+		return m.floor, true
+	}
+	return 0, false
+}
+
+// SetFloor records a floor read at now that looked from the id from: least
+// is the least id found at or above it, invalid when there was none.
+func (m *Mark) SetFloor(now time.Time, from int64, least sql.NullInt64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case least.Valid:
+		m.floor = least.Int64
+	case m.tookAny && m.hi < math.MaxInt64:
+		m.floor = max(from, m.hi+1)
+	default:
+		m.floor = from
+	}
+	if from == math.MinInt64 {
+		m.deepAt = now
+	}
+	m.read, m.readAt, m.took = true, now, false
+	if m.marked && m.from < m.floor {
+		m.marked = false
+	}
 }
 
 // Took records a claim's outcome: full says it found all it asked for, and
@@ -42,13 +117,30 @@ func (m *Mark) Start(now time.Time, rescan time.Duration) int64 {
 func (m *Mark) Took(full bool, jobs []*Job) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	least, hi := int64(math.MaxInt64), int64(math.MinInt64)
+	for _, j := range jobs {
+		least, hi = min(least, j.ID), max(hi, j.ID)
+	}
+	if len(jobs) > 0 {
+		if !m.tookAny || hi > m.hi {
+			m.hi = hi
+		}
+		m.took, m.tookAny = true, true
+	}
 	if !full || len(jobs) == 0 {
 		m.marked = false
 		return
 	}
-	least := jobs[0].ID
-	for _, j := range jobs[1:] {
-		least = min(least, j.ID)
-	}
 	m.marked, m.from = true, least
+}
+
+// Floor is where the live rows began at the last floor read
+// (math.MinInt64 before the first).
+func (m *Mark) Floor() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.read {
+		return math.MinInt64
+	}
+	return m.floor
 }

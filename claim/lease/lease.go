@@ -63,6 +63,9 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	}
 	defer e.Writer.Unlock()
 	now := e.Clock.Now()
+	if err := c.readFloor(ctx, now); err != nil {
+		return nil, err
+	}
 	from := c.mark.Start(now, e.Rescan)
 	rows, err := e.Stmts.QueryContext(ctx, e.SQL.ClaimLease,
 		e.Table.Times.Arg(now, e.Lease), e.Table.Times.Arg(now, 0), max, e.Group, from)
@@ -88,6 +91,26 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	c.acks.claimed(len(jobs))
 	c.mark.Took(len(jobs) == max, jobs)
 	return jobs, nil
+}
+
+// readFloor reads where the table's live rows begin when the mark asks for
+// it (see claim.Mark), on Postgres only: elsewhere the mark's floor stays
+// at the table's start.
+func (c *claimer) readFloor(ctx context.Context, now time.Time) error {
+	e := &c.env
+	if e.SQL.Floor == "" {
+		return nil
+	}
+	from, due := c.mark.FloorDue(now, e.Rescan)
+	if !due {
+		return nil
+	}
+	var least sql.NullInt64
+	if err := e.DB.QueryRowContext(ctx, e.SQL.Floor, from, e.Group).Scan(&least); err != nil {
+		return fmt.Errorf("claim from %q: read where its rows begin: %w", e.Table.Unquoted, err)
+	}
+	c.mark.SetFloor(now, from, least)
+	return nil
 }
 
 // settler settles one claimed row, fenced on its lease.

@@ -20,12 +20,12 @@ import (
 )
 
 func init() {
-	register("bench", "measure: throughput (drain a backlog), latency (write to handler start), idle (statements of an idle subscription)", bench)
+	register("bench", "measure: throughput (drain a backlog), latency (write to handler start), idle (statements of an idle subscription), churn (pickup and idle reads after a drain, no vacuum), groups (idle cost of many group subscriptions)", bench)
 }
 
 func bench(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: inbox bench throughput|latency|idle --db URL ...")
+		return fmt.Errorf("usage: inbox bench throughput|latency|idle|churn|groups --db URL ...")
 	}
 	switch args[0] {
 	case "throughput":
@@ -34,8 +34,12 @@ func bench(ctx context.Context, args []string) error {
 		return benchLatency(ctx, args[1:])
 	case "idle":
 		return benchIdle(ctx, args[1:])
+	case "churn":
+		return benchChurn(ctx, args[1:])
+	case "groups":
+		return benchGroups(ctx, args[1:])
 	}
-	return fmt.Errorf("unknown bench %q: use throughput, latency or idle", args[0])
+	return fmt.Errorf("unknown bench %q: use throughput, latency, idle, churn or groups", args[0])
 }
 
 // maxRSSMB is the process's peak resident set, from getrusage (KB on Linux),
@@ -78,7 +82,7 @@ func benchThroughput(ctx context.Context, args []string) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the drain to this file")
 	memProfile := fs.String("memprofile", "", "write a heap profile to this file when half the rows are acknowledged")
 	txFloor := fs.Int("tx-floor", 0, "after the drain, refill and drain again with this many bare per-job transaction loops (Postgres; the row-lock and advisory forms' floor), and print both")
-	procs := fs.String("procs", "", "instance sweep: drain with each number of separate processes in turn (e.g. 2,4,8), --workers split evenly among them")
+	procs := fs.String("procs", "", "instance sweep: drain with each number of separate processes in turn (e.g. 2,4,8), --workers split evenly among them, or PxW shapes (8x100)")
 	rounds := fs.Int("rounds", 1, "with --procs: times to run the whole sweep")
 	waits := fs.Bool("waits", false, "with --procs on Postgres: sample pg_stat_activity's wait events every 10 ms during each drain")
 	if err := fs.Parse(args); err != nil {
@@ -88,14 +92,14 @@ func benchThroughput(ctx context.Context, args []string) error {
 		return fmt.Errorf("--db is required")
 	}
 	if *procs != "" {
-		ps, err := parseProcs(*procs)
+		ps, per, err := parseProcs(*procs)
 		if err != nil {
 			return err
 		}
 		if _, err := formByName(*formName); err != nil {
 			return err
 		}
-		return benchProcs(ctx, procsRun{db: *db, form: *formName, table: *table, procs: ps, workers: *workers, conns: *conns,
+		return benchProcs(ctx, procsRun{db: *db, form: *formName, table: *table, procs: ps, per: per, workers: *workers, conns: *conns,
 			jobs: *jobs, rounds: max(1, *rounds), notify: *notifyOn, waits: *waits, timeout: *timeout})
 	}
 	form, err := formByName(*formName)

@@ -48,24 +48,30 @@ func benchProc(ctx context.Context, args []string) error {
 type procsRun struct {
 	db, form, table string
 	procs           []int
-	workers         int // in all, split evenly among the processes
+	per             []int // workers per process where a split names them (PxW), else 0
+	workers         int   // in all, split evenly among the processes
 	conns           int
 	jobs, rounds    int
 	notify, waits   bool
 	timeout         time.Duration
 }
 
-// parseProcs reads "2,4,8".
-func parseProcs(s string) ([]int, error) {
-	var out []int
+// parseProcs reads "2,4,8": process counts, each with --workers split
+// among them, or PxW for P processes of W workers each ("2,8,8x100").
+func parseProcs(s string) (procs, per []int, err error) {
 	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("--procs %q: want a comma-separated list of process counts, such as 2,4,8", s)
+		p, w, shaped := strings.Cut(strings.TrimSpace(f), "x")
+		n, err := strconv.Atoi(p)
+		k := 0
+		if err == nil && shaped {
+			k, err = strconv.Atoi(w)
 		}
-		out = append(out, n)
+		if err != nil || n < 1 || (shaped && k < 1) {
+			return nil, nil, fmt.Errorf("--procs %q: want a comma-separated list of process counts, such as 2,4,8, or PxW shapes, such as 8x100", s)
+		}
+		procs, per = append(procs, n), append(per, k)
 	}
-	return out, nil
+	return procs, per, nil
 }
 
 // benchProcs fills the table before each drain and drains it with each
@@ -87,7 +93,7 @@ func benchProcs(ctx context.Context, r procsRun) error {
 	ratios := make([][]float64, len(r.procs))
 	for round := range r.rounds {
 		for i, p := range r.procs {
-			w := max(1, r.workers/p)
+			w := r.split(i)
 			first, err := benchkit.Fill(ctx, setup.DB(), r.table, r.jobs)
 			if err != nil {
 				return err
@@ -137,7 +143,7 @@ func benchProcs(ctx context.Context, r procsRun) error {
 	}
 	var sum []string
 	for i, p := range r.procs {
-		shape := fmt.Sprintf("%dx%d", p, max(1, r.workers/p))
+		shape := fmt.Sprintf("%dx%d", p, r.split(i))
 		sum = append(sum, fmt.Sprintf("sweep_%s_jobs_per_sec=%.0f", shape, median(rates[i])))
 		if i > 0 {
 			sum = append(sum, fmt.Sprintf("ratio_%s=%.2f", shape, median(ratios[i])))
@@ -145,6 +151,14 @@ func benchProcs(ctx context.Context, r procsRun) error {
 	}
 	fmt.Printf("form=%s db=%s jobs=%d rounds=%d %s\n", r.form, dbKind(r.db), r.jobs, r.rounds, strings.Join(sum, " "))
 	return nil
+}
+
+// split is the workers per process of the i-th split.
+func (r procsRun) split(i int) int {
+	if r.per[i] > 0 {
+		return r.per[i]
+	}
+	return max(1, r.workers/r.procs[i])
 }
 
 func median(xs []float64) float64 {

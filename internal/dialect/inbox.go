@@ -84,6 +84,12 @@ type InboxSQL struct {
 	// Unpark makes parked rows available again with no attempts: $1 never,
 	// $2 ids (ListArg), $3 group.
 	Unpark string
+	// Floor is the least id of any row of the group at or above $1, held
+	// or not (NULL when there is none): $1 the id to look from, $2 group.
+	// Postgres only (see claim.Mark): there a walk of the primary key steps
+	// over the entry of every row deleted since the last vacuum, and a
+	// claim that starts at the floor steps over none below it.
+	Floor string
 }
 
 // MaxClaim is the most rows one claim takes.
@@ -215,6 +221,7 @@ SELECT id, locked FROM walk WHERE steps > 0`,
 			t.ID, t.Name, availableAt1, group(3), t.ID, t.ID)
 		s.Reread = fmt.Sprintf("SELECT %s FROM %s WHERE %s = ANY($1) AND (%s IS NULL OR %s <= %s)", returning, t.Name, t.ID, lu, lu, tm.At(2))
 		s.DeleteMany = fmt.Sprintf("DELETE FROM %s WHERE %s = ANY($1::bigint[]) RETURNING %s", t.Name, t.ID, t.ID)
+		s.Floor = fmt.Sprintf("SELECT min(%s) FROM %s WHERE %s >= %s%s", t.ID, t.Name, t.ID, d.bigint(1), group(2))
 		s.Unlock = "SELECT pg_advisory_unlock($1::int, (id % 4294967296)::bigint::bit(32)::int) FROM unnest($2::bigint[]) AS u(id)"
 	}
 	return s

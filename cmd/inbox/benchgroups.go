@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/internal/benchkit"
+	"github.com/sqlinbox/sqlinbox/notify"
+)
+
+// benchGroups measures the idle cost of one broker with N group
+// subscriptions on one table, for each N of --groups: statements a second
+// (the database's transactions, so a database no one else uses), resident
+// memory and goroutines, and the pickup of a row published into the last
+// group.
+func benchGroups(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench groups", flag.ContinueOnError)
+	db := fs.String("db", "", "Postgres URL (required; a database no one else uses)")
+	groups := fs.String("groups", "1,10,100,1000", "group subscriptions per case")
+	seconds := fs.Int("seconds", 10, "idle window per case")
+	table := fs.String("table", "bench_groups", "table to (re)create")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if dbKind(*db) != "postgres" {
+		return fmt.Errorf("--db: bench groups counts the database's transactions: it needs Postgres")
+	}
+	var out []string
+	for _, f := range strings.Split(*groups, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("--groups %q: want a list of counts such as 1,10,100", *groups)
+		}
+		line, err := groupsCase(ctx, *db, *table, n, time.Duration(*seconds)*time.Second)
+		if err != nil {
+			return err
+		}
+		out = append(out, line)
+	}
+	fmt.Printf("db=postgres seconds=%d %s\n", *seconds, strings.Join(out, " "))
+	return nil
+}
+
+// groupRow is the reference table's row with its group column.
+type groupRow struct {
+	ID          int64      `db:"id" inbox:"id,generated"`
+	LockedUntil *time.Time `db:"locked_until" inbox:"locked_until"`
+	Group       string     `db:"group_name" inbox:"group"`
+	Payload     []byte     `db:"payload" inbox:"payload"`
+	Attempts    int        `db:"attempts" inbox:"attempts"`
+}
+
+func currentRSSMB() float64 {
+	mb, ok := rssMB()
+	if !ok {
+		return -1
+	}
+	return mb
+}
+
+func groupsCase(ctx context.Context, url, table string, n int, d time.Duration) (string, error) {
+	b, err := inbox.Open(url, inbox.WithHub(notify.NewHub()))
+	if err != nil {
+		return "", err
+	}
+	defer b.Close()
+	if _, err := benchkit.Fill(ctx, b.DB(), table, 0); err != nil {
+		return "", err
+	}
+	q := inbox.MustQueue[groupRow](table)
+	runtime.GC()
+	rss0 := currentRSSMB()
+	g0 := runtime.NumGoroutine()
+	s := &starts{at: map[int64]chan time.Time{}}
+	rctx, cancel := context.WithCancel(ctx)
+	var dones []chan struct{}
+	defer func() {
+		cancel()
+		for _, d := range dones {
+			<-d
+		}
+	}()
+	var last *inbox.Subscription
+	for i := range n {
+		sub, err := inbox.Subscribe(b, q.Group("g"+strconv.Itoa(i)), func(ctx context.Context, r groupRow) error { return s.handler(ctx, benchkit.Row{ID: r.ID}) }, inbox.Workers(1))
+		if err != nil {
+			return "", err
+		}
+		done := make(chan struct{})
+		dones = append(dones, done)
+		go func() { defer close(done); _ = sub.Run(rctx) }()
+		last = sub
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer wcancel()
+	if err := last.WaitIdle(wctx); err != nil {
+		return "", err
+	}
+	mon, err := inbox.Open(url, inbox.WithHub(notify.NewHub()))
+	if err != nil {
+		return "", err
+	}
+	defer mon.Close()
+	xacts := func() (int64, error) {
+		var x int64
+		err := mon.DB().QueryRowContext(ctx, "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()").Scan(&x)
+		return x, err
+	}
+	time.Sleep(2 * time.Second)
+	x0, err := xacts()
+	if err != nil {
+		return "", err
+	}
+	cpu0 := cpuSeconds()
+	time.Sleep(d)
+	cpu := cpuSeconds() - cpu0
+	runtime.GC()
+	rss := currentRSSMB()
+	goroutines := runtime.NumGoroutine() - g0
+	// Backends report within a second of going idle, at most once a second
+	// while busy.
+	time.Sleep(2 * time.Second)
+	x1, err := xacts()
+	if err != nil {
+		return "", err
+	}
+	stmts := float64(x1-x0-1) / (d + 2*time.Second).Seconds()
+	// A row published into the last group, through the broker (its hub
+	// wakes the subscriptions).
+	t0 := time.Now()
+	id, err := inbox.Publish(ctx, b, q.Group("g"+strconv.Itoa(n-1)), groupRow{Payload: []byte("{}")})
+	if err != nil {
+		return "", err
+	}
+	at, err := s.wait(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(os.Stderr, "%d groups: %.1f statements/s, rss +%.1f MB, %d goroutines, %.1f%% of a core, pickup %.1f ms\n",
+		n, stmts, rss-rss0, goroutines, cpu*100/d.Seconds(), float64(at.Sub(t0))/float64(time.Millisecond))
+	return fmt.Sprintf("g%d_statements_per_sec=%.2f g%d_rss_mb=%.1f g%d_goroutines=%d g%d_core_pct=%.1f g%d_pickup_ms=%.2f",
+		n, stmts, n, rss-rss0, n, goroutines, n, cpu*100/d.Seconds(), n, float64(at.Sub(t0))/float64(time.Millisecond)), nil
+}

@@ -17,11 +17,13 @@ import (
 )
 
 // RenderInvoice is a row of invoice_jobs: a shop writes one per invoice to
-// render, with plain SQL.
+// render, with plain SQL. The group keeps one run's invoices apart from
+// any other rows of the table: a run handles only the rows it wrote.
 type RenderInvoice struct {
 	ID          int64      `db:"id" inbox:"id,generated"`
 	LockedUntil *time.Time `db:"locked_until" inbox:"locked_until"`
 	Payload     []byte     `db:"payload" inbox:"payload"`
+	Group       string     `db:"group_name" inbox:"group"`
 	Attempts    int        `db:"attempts" inbox:"attempts"`
 }
 
@@ -35,8 +37,14 @@ type Invoice struct {
 // Table is where the shop writes invoices to render.
 const Table = "invoice_jobs"
 
-// Queue is the invoice queue.
+// Queue is the invoice queue: the whole table. Queue.Group(g) is one run's.
 var Queue = inbox.MustQueue[RenderInvoice](Table)
+
+// RenderTime is how long rendering one invoice takes (a PDF would take
+// longer): with it the two instances share the work, as they would in
+// production, instead of the first to wake rendering every invoice in the
+// time the other takes to poll.
+const RenderTime = 50 * time.Millisecond
 
 // Rendered is one invoice rendered by one instance.
 type Rendered struct {
@@ -56,12 +64,12 @@ type Instance struct {
 // NewInstance makes one instance of the service on its own pool: render
 // with four workers, a poll every quarter second, the table created at start.
 // Each rendered invoice is written under outDir and reported on done.
-func NewInstance(name, url, outDir string, done chan<- Rendered, opts ...inbox.Option) (*Instance, error) {
+func NewInstance(name, url string, q inbox.Queue[RenderInvoice], outDir string, done chan<- Rendered, opts ...inbox.Option) (*Instance, error) {
 	b, err := inbox.Open(url, append([]inbox.Option{inbox.PollInterval(250 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
-	svc, sub, err := NewService(b, Renderer(name, outDir, done))
+	svc, sub, err := NewService(b, q, Renderer(name, outDir, done))
 	if err != nil {
 		b.Close()
 		return nil, err
@@ -69,14 +77,14 @@ func NewInstance(name, url, outDir string, done chan<- Rendered, opts ...inbox.O
 	return &Instance{Name: name, Broker: b, Service: svc, Render: sub}, nil
 }
 
-// NewService makes the invoice service on broker b: render with four
-// workers, the table created at start. Tests pass their own handler around
-// Renderer, and options such as inbox.Observe.
-func NewService(b *inbox.Broker, render inbox.Handler[RenderInvoice], opts ...inbox.SubOption) (*inbox.Service, *inbox.Subscription, error) {
+// NewService makes the invoice service of queue q on broker b: render with
+// four workers, the table created at start. Tests pass their own handler
+// around Renderer, and options such as inbox.Observe.
+func NewService(b *inbox.Broker, q inbox.Queue[RenderInvoice], render inbox.Handler[RenderInvoice], opts ...inbox.SubOption) (*inbox.Service, *inbox.Subscription, error) {
 	svc := inbox.NewService("invoices", "1.0.0", b)
 	svc.Signals = false
 	svc.OnStart(func(ctx context.Context) error { return migrations.Apply(ctx, b.DB(), Table) })
-	sub, err := inbox.Handle(svc, Queue, render, append([]inbox.SubOption{inbox.Workers(4)}, opts...)...)
+	sub, err := inbox.Handle(svc, q, render, append([]inbox.SubOption{inbox.Workers(4)}, opts...)...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -91,6 +99,11 @@ func Renderer(name, outDir string, done chan<- Rendered) inbox.Handler[RenderInv
 		if err := json.Unmarshal(job.Payload, &inv); err != nil {
 			return fmt.Errorf("invoice job %d: payload is not an invoice: %w", job.ID, err)
 		}
+		select {
+		case <-time.After(RenderTime):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 		path := filepath.Join(outDir, fmt.Sprintf("invoice-%04d.txt", inv.Number))
 		text := fmt.Sprintf("INVOICE %d\nCustomer: %s\nTotal: %.2f EUR\nRendered by: %s\n", inv.Number, inv.Customer, inv.Total, name)
 		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
@@ -101,17 +114,17 @@ func Renderer(name, outDir string, done chan<- Rendered) inbox.Handler[RenderInv
 	}
 }
 
-// WriteInvoices is the shop: it writes invoices from..from+n-1 to render
-// with plain SQL, as any program could, on a connection of its own.
-func WriteInvoices(ctx context.Context, db *sql.DB, from, n int) error {
-	insert := "INSERT INTO invoice_jobs (payload) VALUES ($1)"
+// WriteInvoices is the shop: it writes invoices from..from+n-1 of group to
+// render with plain SQL, as any program could, on a connection of its own.
+func WriteInvoices(ctx context.Context, db *sql.DB, group string, from, n int) error {
+	insert := "INSERT INTO invoice_jobs (group_name, payload) VALUES ($1, $2)"
 	if _, ok := db.Driver().(*sqlite.Driver); ok {
-		insert = "INSERT INTO invoice_jobs (payload) VALUES (?)"
+		insert = "INSERT INTO invoice_jobs (group_name, payload) VALUES (?, ?)"
 	}
 	customers := []string{"Ada Lovelace", "Grace Hopper", "Edsger Dijkstra", "Barbara Liskov", "Ken Thompson"}
 	for i := from; i < from+n; i++ {
 		payload, _ := json.Marshal(Invoice{Number: i, Customer: customers[i%len(customers)], Total: float64(i*37%500) + 0.99})
-		if _, err := db.ExecContext(ctx, insert, payload); err != nil {
+		if _, err := db.ExecContext(ctx, insert, group, payload); err != nil {
 			return fmt.Errorf("shop: write invoice %d: %w", i, err)
 		}
 	}

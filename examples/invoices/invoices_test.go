@@ -10,6 +10,7 @@ import (
 
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
+	"github.com/sqlinbox/sqlinbox/migrations"
 )
 
 // instances starts two instances of the service on url, each with a broker
@@ -33,7 +34,7 @@ func instances(t *testing.T, url string, done chan Rendered) (*inboxtest.Run, *i
 		if rec == nil {
 			rec = inboxtest.NewRecorder(t, b, Queue)
 		}
-		svc, _, err := NewService(b, rec.Wrap(name, Renderer(name, dir, done)), rec.Observe(name))
+		svc, _, err := NewService(b, Queue, rec.Wrap(name, Renderer(name, dir, done)), rec.Observe(name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,7 +49,7 @@ func instances(t *testing.T, url string, done chan Rendered) (*inboxtest.Run, *i
 func renderedOnce(t *testing.T, url string) {
 	done := make(chan Rendered, 100)
 	run, rec, brokers := instances(t, url, done)
-	if err := WriteInvoices(context.Background(), brokers[0].DB(), 1, 20); err != nil {
+	if err := WriteInvoices(context.Background(), brokers[0].DB(), "", 1, 20); err != nil {
 		t.Fatal(err)
 	}
 	// Rows written by plain SQL wake nobody: the next poll finds them.
@@ -83,7 +84,7 @@ func TestTwoInstancesRenderEachInvoiceOncePostgres(t *testing.T) {
 func TestRowFromAnotherProgramSeenWithinPoll(t *testing.T) {
 	url := inboxtest.SQLite(t)
 	done := make(chan Rendered, 10)
-	in, err := NewInstance("a", url, t.TempDir(), done)
+	in, err := NewInstance("a", url, Queue, t.TempDir(), done)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestRowFromAnotherProgramSeenWithinPoll(t *testing.T) {
 	run.Idle()
 	shop := inboxtest.Open(t, url) // another program's own pool
 	begin := time.Now()
-	if err := WriteInvoices(context.Background(), shop, 7, 1); err != nil {
+	if err := WriteInvoices(context.Background(), shop, "", 7, 1); err != nil {
 		t.Fatal(err)
 	}
 	inboxtest.WaitDrained(t, in.Broker, Queue)
@@ -128,7 +129,7 @@ func TestRunStartsAndStops(t *testing.T) {
 	url := inboxtest.SQLite(t)
 	var ins []*Instance
 	for _, name := range []string{"a", "b"} {
-		in, err := NewInstance(name, url, t.TempDir(), make(chan Rendered, 1))
+		in, err := NewInstance(name, url, Queue, t.TempDir(), make(chan Rendered, 1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,5 +152,41 @@ func TestRunStartsAndStops(t *testing.T) {
 		}
 	case <-time.After(inboxtest.Timeout):
 		t.Fatal("instances did not stop in time")
+	}
+}
+
+// The demo, as `go run ./examples/invoices` runs it: on either database both
+// instances render invoices, and a row of the table the demo did not write
+// is left as it was.
+func TestDemoSharesWorkAndTouchesOnlyItsRows(t *testing.T) {
+	for name, url := range map[string]string{
+		"sqlite":   "sqlite://" + t.TempDir() + "/invoices.db",
+		"postgres": inboxtest.Postgres(t),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			other := inboxtest.Open(t, url)
+			if err := migrations.Apply(ctx, other, Table); err != nil {
+				t.Fatal(err)
+			}
+			if err := WriteInvoices(ctx, other, "someone-else", 99, 1); err != nil {
+				t.Fatal(err)
+			}
+			var out strings.Builder
+			per, err := demo(ctx, url, 20, &out)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out.String())
+			}
+			if per["instance-a"] == 0 || per["instance-b"] == 0 {
+				t.Fatalf("one instance did all the work: %v\n%s", per, out.String())
+			}
+			var left int
+			if err := other.QueryRowContext(ctx, "SELECT count(*) FROM invoice_jobs WHERE group_name = 'someone-else' AND attempts = 0 AND locked_until IS NULL").Scan(&left); err != nil {
+				t.Fatal(err)
+			}
+			if left != 1 {
+				t.Fatalf("the row the demo did not write was touched (%d left as it was)", left)
+			}
+		})
 	}
 }

@@ -1,6 +1,8 @@
 // Command invoices is the invoice-rendering service of the guide: two
 // instances of it share one invoice_jobs table, a shop writes 20 invoices
 // with plain SQL, and each invoice is rendered exactly once, by one of them.
+// A run writes its invoices under a group of its own and handles only those:
+// other rows of the table, on a database you point it at, are left alone.
 //
 //	go run ./examples/invoices                           # embedded SQLite file in a temp dir
 //	go run ./examples/invoices --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable
@@ -8,8 +10,11 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,35 +24,39 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	dbURL := flag.String("db", "", "database URL (postgres://... or sqlite://...); default: a SQLite file in a temp dir")
+	count := flag.Int("invoices", 20, "how many invoices the shop writes")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if _, err := demo(ctx, *dbURL, *count, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "invoices:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	dbURL := flag.String("db", "", "database URL (postgres://... or sqlite://...); default: a SQLite file in a temp dir")
-	count := flag.Int("invoices", 20, "how many invoices the shop writes")
-	flag.Parse()
-
+// demo runs two instances on url (a SQLite file in a temp dir when empty),
+// writes count invoices of a group of its own, and returns how many each
+// instance rendered once all are rendered, each once.
+func demo(ctx context.Context, url string, count int, out io.Writer) (map[string]int, error) {
 	outDir, err := os.MkdirTemp("", "invoices-")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	url := *dbURL
 	if url == "" {
 		url = "sqlite://" + filepath.Join(outDir, "invoices.db")
 	}
-	fmt.Printf("database: %s\nrendering into: %s\n", url, outDir)
+	var tag [4]byte
+	_, _ = rand.Read(tag[:])
+	group := "demo-" + hex.EncodeToString(tag[:])
+	fmt.Fprintf(out, "database: %s\nrendering into: %s\ngroup of this run: %s\n", url, outDir, group)
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	done := make(chan Rendered, *count)
+	done := make(chan Rendered, count)
 	var instances []*Instance
 	for _, name := range []string{"instance-a", "instance-b"} {
-		in, err := NewInstance(name, url, outDir, done)
+		in, err := NewInstance(name, url, Queue.Group(group), outDir, done)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		instances = append(instances, in)
 	}
@@ -57,39 +66,39 @@ func run() error {
 	select {
 	case <-started:
 	case err := <-stopped:
-		return fmt.Errorf("an instance did not start: %w", err)
+		return nil, fmt.Errorf("an instance did not start: %w", err)
 	}
 
-	// A fresh run on a database that keeps rows (Postgres) starts clean.
 	shop := instances[0].Broker.DB()
-	if _, err := shop.ExecContext(ctx, "DELETE FROM invoice_jobs"); err != nil {
-		return err
-	}
 	start := time.Now()
-	if err := WriteInvoices(ctx, shop, 1, *count); err != nil {
-		return err
+	if err := WriteInvoices(ctx, shop, group, 1, count); err != nil {
+		return nil, err
 	}
-	fmt.Printf("the shop wrote %d invoices with plain SQL\n", *count)
+	// Rows written by plain SQL wake nobody (the poll finds them): a
+	// producer in the same process wakes the group's subscriptions of every
+	// broker of the process at once.
+	instances[0].Broker.Wake(Table, group)
+	fmt.Fprintf(out, "the shop wrote %d invoices with plain SQL\n", count)
 
 	byInvoice := map[int][]string{}
 	perInstance := map[string]int{}
 	timeout := time.After(60 * time.Second)
-	for len(byInvoice) < *count {
+	for len(byInvoice) < count {
 		select {
 		case r := <-done:
 			byInvoice[r.Invoice] = append(byInvoice[r.Invoice], r.Instance)
 			perInstance[r.Instance]++
-			fmt.Printf("invoice %2d rendered by %s: %s\n", r.Invoice, r.Instance, r.Path)
+			fmt.Fprintf(out, "invoice %2d rendered by %s: %s\n", r.Invoice, r.Instance, r.Path)
 		case <-timeout:
-			return fmt.Errorf("only %d of %d invoices rendered within 60s", len(byInvoice), *count)
+			return nil, fmt.Errorf("only %d of %d invoices rendered within 60s", len(byInvoice), count)
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 	elapsed := time.Since(start)
 	cancel()
 	if err := <-stopped; err != nil {
-		return err
+		return nil, err
 	}
 	// Anything rendered twice would have arrived by now.
 	for len(done) > 0 {
@@ -102,13 +111,13 @@ func run() error {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Printf("%s rendered %d invoices\n", n, perInstance[n])
+		fmt.Fprintf(out, "%s rendered %d invoices\n", n, perInstance[n])
 	}
 	for inv, by := range byInvoice {
 		if len(by) != 1 {
-			return fmt.Errorf("invoice %d was rendered %d times (by %v)", inv, len(by), by)
+			return nil, fmt.Errorf("invoice %d was rendered %d times (by %v)", inv, len(by), by)
 		}
 	}
-	fmt.Printf("all %d invoices rendered once, in %v\n", *count, elapsed.Round(time.Millisecond))
-	return nil
+	fmt.Fprintf(out, "all %d invoices rendered once, in %v\n", count, elapsed.Round(time.Millisecond))
+	return perInstance, nil
 }

@@ -25,7 +25,7 @@ func init() {
 
 func bench(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: inbox bench throughput|latency|idle|churn|groups --db URL ...")
+		return fmt.Errorf("usage: inbox bench throughput|latency|idle|churn|groups|registry --db URL ...")
 	}
 	switch args[0] {
 	case "throughput":
@@ -38,8 +38,10 @@ func bench(ctx context.Context, args []string) error {
 		return benchChurn(ctx, args[1:])
 	case "groups":
 		return benchGroups(ctx, args[1:])
+	case "registry":
+		return benchRegistry(ctx, args[1:])
 	}
-	return fmt.Errorf("unknown bench %q: use throughput, latency, idle, churn or groups", args[0])
+	return fmt.Errorf("unknown bench %q: use throughput, latency, idle, churn, groups or registry", args[0])
 }
 
 // maxRSSMB is the process's peak resident set, from getrusage (KB on Linux),

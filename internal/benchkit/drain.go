@@ -34,6 +34,10 @@ type Config struct {
 	Progress io.Writer
 	// Timeout bounds the drain; zero means ten minutes.
 	Timeout time.Duration
+	// Registry runs each instance as an inbox.Service registered in the
+	// registry (its tables must exist: migrations.ApplyRegistry), to
+	// measure what the registry costs.
+	Registry bool
 	// Halfway, if set, is called once when half the rows are acknowledged,
 	// with the drain running (a heap profile of its steady state).
 	Halfway func()
@@ -74,6 +78,7 @@ func Drain(ctx context.Context, cfg Config, tr *Tracker) (Result, error) {
 	}
 	var (
 		subs    []*inbox.Subscription
+		runs    []func(context.Context) error
 		brokers []*inbox.Broker
 	)
 	defer func() {
@@ -102,7 +107,16 @@ func Drain(ctx context.Context, cfg Config, tr *Tracker) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		subs = append(subs, sub)
+		subs, runs = append(subs, sub), append(runs, sub.Run)
+		if cfg.Registry {
+			svc := inbox.NewService("bench", "0", b)
+			svc.Signals = false
+			if err := svc.Register(inbox.RegistryConfig{}); err != nil {
+				return Result{}, err
+			}
+			svc.Add(sub)
+			runs[len(runs)-1] = svc.Run
+		}
 	}
 	acked := func() (n, claims int64) {
 		for _, s := range subs {
@@ -118,8 +132,8 @@ func Drain(ctx context.Context, cfg Config, tr *Tracker) (Result, error) {
 	errs := make([]error, len(subs))
 	var wg sync.WaitGroup
 	start, cpu0 := time.Now(), MachineCPU()
-	for i, s := range subs {
-		wg.Go(func() { errs[i] = s.Run(runCtx) })
+	for i, run := range runs {
+		wg.Go(func() { errs[i] = run(runCtx) })
 	}
 	deadline := time.After(cfg.Timeout)
 	tick := time.NewTicker(2 * time.Millisecond)

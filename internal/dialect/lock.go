@@ -14,16 +14,24 @@ import "strconv"
 // milliseconds.
 //
 // Fencing numbers outlive the rows, so they come from the table, not the
-// name: on Postgres a sequence (LockFenceSequence), drawn when the place is
-// taken, under the row's lock when the row is there; on SQLite, with one
-// writer at a time, one more than the table's greatest fence, whose row the
-// sweep and releases keep.
+// name: on Postgres a sequence (LockFenceSequence), drawn under a
+// transaction-level advisory lock of the name, so that an acquisition that
+// commits before another draws its number draws a smaller one (without it a
+// statement could draw its number, stall, and insert after a whole hold of
+// the name by another that drew a greater one); on SQLite, with one writer
+// at a time, one more than the table's greatest fence, whose row the sweep
+// and releases keep.
 
 // LockTable is the lock store's table.
 const LockTable = "sqlinbox_locks"
 
 // LockFenceSequence (Postgres) numbers the acquisitions of every lock.
 const LockFenceSequence = "sqlinbox_locks_fence"
+
+// lockNameSeed seeds the hash of a lock's namespace and name into the key of
+// the advisory lock its acquisitions take (the one-bigint form; the claim
+// forms' advisory locks use the two-int form, a key space of its own).
+const lockNameSeed int64 = 0x6c6f636b // "lock"
 
 // LockChannel is the Postgres NOTIFY channel of lock releases; the payload
 // is the lock's wake key.
@@ -47,8 +55,10 @@ const LockSweepBatch = 1000
 // ask LockNearest).
 func (d *Dialect) LockAcquire() string {
 	if d.Kind == Postgres {
-		return `WITH free AS (
-    SELECT s.slot FROM generate_series(0, $5::int - 1) AS s(slot)
+		return `WITH name_lock AS (
+    SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(1) || $2, ` + strconv.FormatInt(lockNameSeed, 10) + `))
+), free AS (
+    SELECT s.slot FROM generate_series(0, $5::int - 1) AS s(slot), name_lock
     WHERE NOT EXISTS (
         SELECT 1 FROM ` + LockTable + ` l
         WHERE l.namespace = $1 AND l.name = $2 AND l.slot = s.slot AND l.expires_at > now())

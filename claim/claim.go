@@ -38,14 +38,18 @@ type Settler interface {
 	// under a timeout of their own; row lock bounds its delete, and its
 	// commit, which database/sql gives no context, waits on the server).
 	Ack(ctx context.Context) error
-	// Retry makes the row available again after delay, counting an attempt
-	// and keeping lastError where the table has those columns.
+	// Retry makes the row available again after delay, keeping lastError
+	// where the table has that column. The attempt was counted by the
+	// claim.
 	Retry(ctx context.Context, delay time.Duration, lastError string) error
 	// Park sets the row aside for good (locked_until = never): visible, never
 	// claimed again until a person or program releases it.
 	Park(ctx context.Context, lastError string) error
-	// Release gives back a row that was claimed but never started, without
-	// counting an attempt.
+	// Snooze makes the row available again after delay and gives back the
+	// attempt its claim counted.
+	Snooze(ctx context.Context, delay time.Duration) error
+	// Release gives back a row that was claimed but never started, with
+	// the attempt its claim counted.
 	Release(ctx context.Context) error
 	// Extend moves the row's lease to now+lease; forms whose hold does not
 	// expire do nothing.
@@ -67,6 +71,18 @@ type Forgetter interface {
 	Forget()
 }
 
+// Holder is a Settler whose hold can end without its holder's doing: the
+// row lock's transaction or the advisory lock's session ends with its
+// connection (a terminated backend, a restart, a network cut). Hold's
+// context ends, with ErrHoldLost as its cause, once the form sees the
+// connection end; from then on another claimer may take the row.
+type Holder interface {
+	Hold() context.Context
+}
+
+// ErrHoldLost is the cause of a Holder's context once its connection ended.
+var ErrHoldLost = errors.New("the connection holding the row ended")
+
 // ErrLost is returned when a row's lease was taken over or the row is gone:
 // the holder no longer holds it and its settlement changed nothing.
 var ErrLost = errors.New("claim lost: the row's lease was taken over or the row is gone")
@@ -77,8 +93,9 @@ type Job struct {
 	// Lease is the row's locked_until as this claim wrote it (the fencing
 	// value of the lease form), or as it read it (zero when NULL).
 	Lease time.Time
-	// Attempts is the attempts column as claimed (failures so far), zero
-	// where the table has none.
+	// Attempts is the attempts column as the claim left it: the claims of
+	// the row so far, this one included (a claim counts its attempt, so a
+	// holder that dies has it counted too); zero where the table has none.
 	Attempts int
 	// Value is the user's row, as Table.New made and the claim filled it.
 	Value any

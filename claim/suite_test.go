@@ -242,7 +242,7 @@ func (s suite) manyInstances(t *testing.T) {
 	handler := func(ctx context.Context, j Job) error {
 		start := h.start(j.ID)
 		defer h.end(j.ID, start)
-		if failsOnce(j.ID) && j.Attempts == 0 {
+		if failsOnce(j.ID) && j.Attempts == 1 {
 			return inbox.RetryAfter(time.Millisecond, errors.New("the first attempt fails"))
 		}
 		return nil
@@ -373,7 +373,8 @@ func (s suite) killedHolder(t *testing.T) {
 
 	survivorEv := inboxtest.NewEvents(t)
 	sb := f.broker(t, f.url, append(survivorOpts, inbox.MaxConns(3))...)
-	survivor, err := inbox.Subscribe(sb, f.queue, func(ctx context.Context, j Job) error { return nil },
+	var survivorSaw atomic.Int64
+	survivor, err := inbox.Subscribe(sb, f.queue, func(ctx context.Context, j Job) error { survivorSaw.Store(int64(j.Attempts)); return nil },
 		inbox.Form(s.form), inbox.Lease(leaseFor), survivorEv.Observe(), inbox.Name("survivor"))
 	if err != nil {
 		t.Fatal(err)
@@ -414,6 +415,10 @@ func (s suite) killedHolder(t *testing.T) {
 	sevs := survivorEv.All()
 	if len(sevs) != 1 || sevs[0].ID != id || sevs[0].Outcome != inbox.Acked {
 		t.Errorf("the survivor's handlings: %+v, want row %d acked once", sevs, id)
+	}
+	// The victim's claim counted its attempt though it never settled.
+	if n := survivorSaw.Load(); n != 2 || sevs[0].Attempt != 2 {
+		t.Errorf("the survivor's handling saw attempts %d, event attempt %d; want 2 (the dead holder's claim counts)", n, sevs[0].Attempt)
 	}
 	if n := f.count(t); n != 0 {
 		t.Errorf("%d rows left, want none", n)

@@ -83,6 +83,7 @@ func (s *heldSettler) Ack(ctx context.Context) error {
 func (s *heldSettler) Retry(context.Context, time.Duration, string) error { return s.Ack(nil) }
 func (s *heldSettler) Park(context.Context, string) error                 { return s.Ack(nil) }
 func (s *heldSettler) Release(context.Context) error                      { s.c.held.Add(-1); return nil }
+func (s *heldSettler) Snooze(context.Context, time.Duration) error        { return s.Ack(nil) }
 func (s *heldSettler) Extend(context.Context, time.Duration) error        { return nil }
 
 // In a form that holds a connection a job, the end of a settlement frees a

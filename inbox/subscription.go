@@ -28,35 +28,6 @@ const (
 	MaxBackoff = 10 * time.Minute
 )
 
-// Handler handles one row. Returning nil acknowledges (deletes) the row;
-// an error, or a panic, makes it a retry after a backoff, and a row that
-// fails MaxAttempts times is parked. Return RetryAfter to pick the delay.
-type Handler[T any] func(ctx context.Context, row T) error
-
-// RetryAfter asks for the row to be tried again after delay, recording err
-// (which may be nil) as its last error.
-func RetryAfter(delay time.Duration, err error) error {
-	return &retryError{delay: delay, err: err}
-}
-
-type retryError struct {
-	delay time.Duration
-	err   error
-}
-
-func (e *retryError) Error() string {
-	if e.err == nil {
-		return fmt.Sprintf("retry after %v", e.delay)
-	}
-	return fmt.Sprintf("retry after %v: %v", e.delay, e.err)
-}
-func (e *retryError) Unwrap() error { return e.err }
-
-// ErrLeaseLost is the cause of a handler's context when its row's lease was
-// taken over (it ran past its lease and could not extend it): its ack will
-// change nothing, and the row is someone else's now.
-var ErrLeaseLost = errors.New("inbox: lease lost")
-
 // SubOption configures a subscription.
 type SubOption func(*subConfig) error
 
@@ -85,32 +56,6 @@ func Timeout(d time.Duration) SubOption {
 		c.timeout = d
 		return nil
 	}
-}
-
-// ErrTimeout is the cause of a handler's context when it ran past Timeout.
-var ErrTimeout = errors.New("inbox: handler timed out")
-
-// Outcome is how a handling ended.
-type Outcome string
-
-// The outcomes an Event reports.
-const (
-	Acked    Outcome = "acked"    // handled; the row is deleted
-	Retried  Outcome = "retried"  // failed; the row comes back after a backoff
-	Parked   Outcome = "parked"   // failed its last attempt; the row is set aside
-	Lost     Outcome = "lost"     // the lease was taken over; the outcome changed nothing
-	Released Outcome = "released" // claimed at shutdown and given back unstarted
-	Failed   Outcome = "failed"   // the settlement itself failed; the row comes back after its lease
-)
-
-// Event is one handling of one row, reported to Observe.
-type Event struct {
-	Subscription string
-	ID           int64
-	Attempt      int // 1 for the first handling
-	Start, End   time.Time
-	Outcome      Outcome
-	Err          error // the handler's error, nil when it succeeded
 }
 
 // Observe calls f after each row is settled: for metrics, and for tests
@@ -152,9 +97,13 @@ func Lease(d time.Duration) SubOption {
 	}
 }
 
-// MaxAttempts sets how many failed attempts park a row. It needs an
-// attempts column; without one rows are retried with capped backoff for
-// ever. Default DefaultMaxAttempts (25); at least 1.
+// MaxAttempts sets how many attempts a row gets: a row whose n-th attempt
+// fails is parked. Attempts are counted when a row is claimed, in its
+// attempts column, so a handling whose process dies (or whose handler never
+// returns) counts too: a row claimed more than n times is parked without
+// running its handler again. It needs an attempts column; without one rows
+// are retried with capped backoff for ever. Default DefaultMaxAttempts
+// (25); at least 1.
 func MaxAttempts(n int) SubOption {
 	return func(c *subConfig) error {
 		if n < 1 {
@@ -166,7 +115,9 @@ func MaxAttempts(n int) SubOption {
 }
 
 // Backoff sets the delay before attempt n+1 after n failures (n >= 1).
-// Default: one second doubled per failure, capped at MaxBackoff.
+// Default: DefaultBackoff (one second doubled per failure, capped at
+// MaxBackoff) less a jitter of up to a quarter, drawn from the row's id and
+// the attempt, so rows that failed together do not all come back together.
 func Backoff(f func(failures int) time.Duration) SubOption {
 	return func(c *subConfig) error {
 		if f == nil {
@@ -207,17 +158,6 @@ func Name(name string) SubOption {
 	return func(c *subConfig) error { c.name = name; return nil }
 }
 
-// DefaultBackoff is one second doubled per failure, capped at MaxBackoff.
-func DefaultBackoff(failures int) time.Duration {
-	if failures < 1 {
-		failures = 1
-	}
-	if failures > 20 {
-		return MaxBackoff
-	}
-	return min(time.Second<<(failures-1), MaxBackoff)
-}
-
 // Subscription claims rows of one queue and runs a handler on each.
 type Subscription struct {
 	b       *Broker
@@ -230,6 +170,11 @@ type Subscription struct {
 
 	claimer   claim.Claimer
 	leaseForm bool // the lease form: a handler's lease is extended and can run out
+	counts    bool // the table has an attempts column
+
+	overruns  atomic.Int64 // handlers running on after their row was lost
+	overrunMu sync.Mutex
+	overrun   map[int64]chan struct{} // closed when that handler returns
 	running   atomic.Bool
 	stats     counters
 
@@ -279,7 +224,7 @@ func (s *Subscription) WaitIdle(ctx context.Context) error {
 }
 
 type counters struct {
-	claims, claimed, acked, retried, parked, lost, released atomic.Int64
+	claims, claimed, acked, retried, parked, snoozed, lost, released, failed atomic.Int64
 }
 
 // Stats counts what a subscription has done since it started.
@@ -289,14 +234,17 @@ type Stats struct {
 	Acked    int64
 	Retried  int64
 	Parked   int64
-	Lost     int64 // rows whose lease was taken over while in work
+	Snoozed  int64
+	Lost     int64 // rows whose lease or hold was lost while in work
 	Released int64 // rows given back unstarted at shutdown
+	Failed   int64 // settlements that failed (the row comes back after its lease)
 }
 
 // Stats returns the subscription's counters.
 func (s *Subscription) Stats() Stats {
 	c := &s.stats
-	return Stats{c.claims.Load(), c.claimed.Load(), c.acked.Load(), c.retried.Load(), c.parked.Load(), c.lost.Load(), c.released.Load()}
+	return Stats{Claims: c.claims.Load(), Claimed: c.claimed.Load(), Acked: c.acked.Load(), Retried: c.retried.Load(),
+		Parked: c.parked.Load(), Snoozed: c.snoozed.Load(), Lost: c.lost.Load(), Released: c.released.Load(), Failed: c.failed.Load()}
 }
 
 // Subscribe makes a subscription of handler h to queue q. It checks what it
@@ -310,7 +258,7 @@ func Subscribe[T any](b *Broker, q Queue[T], h Handler[T], opts ...SubOption) (*
 		return nil, fmt.Errorf("inbox: Subscribe to %q with a nil handler", q.table)
 	}
 	cfg := subConfig{workers: DefaultWorkers, lease: DefaultLease, maxAttempts: DefaultMaxAttempts,
-		backoff: DefaultBackoff, form: lease.Form, shutdown: DefaultShutdownTimeout, timeout: DefaultTimeout}
+		form: lease.Form, shutdown: DefaultShutdownTimeout, timeout: DefaultTimeout}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err
@@ -332,7 +280,7 @@ func Subscribe[T any](b *Broker, q Queue[T], h Handler[T], opts ...SubOption) (*
 		return nil, fmt.Errorf("inbox: subscription %q: the pool holds one connection; claims need one and settlements another: give it at least 2 (%s form on %s)", cfg.name, cfg.form.Name(), b.d)
 	}
 	s := &Subscription{b: b, cfg: cfg, table: q.table, group: q.group, grouped: q.group != "", shape: q.shape, idleNow: make(chan struct{}),
-		leaseForm: cfg.form.Name() == lease.Form.Name()}
+		leaseForm: cfg.form.Name() == lease.Form.Name(), counts: q.shape.column(RoleAttempts) != ""}
 	s.handle = func(ctx context.Context, value any) error {
 		return h(ctx, *value.(*T))
 	}
@@ -437,6 +385,8 @@ func (s *Subscription) Run(ctx context.Context) error {
 		idle     = false
 		wakeGen  uint64
 		failures = 0
+		quick    = 0 // claims sent again at once after failing on a dead connection
+		slow     = 0 // failed claims since the last that worked, past the quick ones
 		lastErr  string
 		results  = make(chan claimResult, s.cfg.workers+1)
 		// A worker is free once its handler returns; the row's settlement
@@ -521,6 +471,18 @@ func (s *Subscription) Run(ctx context.Context) error {
 	waits.New = func() any {
 		w := &ackWait{}
 		w.done = func(err error) {
+			if err != nil && deadConn(err) && !errors.Is(err, claim.ErrLost) {
+				// Sent again, fenced, on another connection; not on the
+				// form's goroutine, which this call must not hold up.
+				go func() {
+					s.reportAck(log, &w.h, again(func() error { return w.h.j.Ack(context.Background()) }))
+					endSettlement()
+					acking.Done()
+					w.h = handling{}
+					waits.Put(w)
+				}()
+				return
+			}
 			s.reportAck(log, &w.h, err)
 			endSettlement()
 			acking.Done()
@@ -533,6 +495,7 @@ func (s *Subscription) Run(ctx context.Context) error {
 		defer handlers.Done()
 		w := s.newWatch(log)
 		for ok := true; ok; t, ok = <-tasks {
+			s.awaitOverrun(t.j.ID)
 			h := s.work(handlerCtx, w, t.j, t.at)
 			// A claim's Jobs may share one slab (claim.Scanner): the user's
 			// row is dropped now, so a job still in work does not keep its
@@ -670,12 +633,23 @@ func (s *Subscription) Run(ctx context.Context) error {
 					log.Error("inbox: claim failed; retrying with backoff", "table", s.table, "err", r.err, "failures", failures)
 					lastErr = msg
 				}
+				if deadConn(r.err) && quick <= conns {
+					// Failed on a connection that had ended: the pool
+					// dropped it, and the next claim takes another, at
+					// once (each such failure ends one dead connection).
+					quick++
+					break
+				}
+				// Repeated failures back off from minReconnect, doubling;
+				// a wake meanwhile is kept: the claim at the backoff's end
+				// is the one it asks for.
+				slow++
 				idle = true
-				rearm(min(b.poll<<min(failures, 5), 30*time.Second))
+				rearm(min(minReconnect<<min(slow-1, 9), maxReconnect))
 			case len(r.jobs) < r.asked && r.gen == wakeGen:
 				if failures > 0 {
 					log.Info("inbox: claims work again", "table", s.table)
-					failures, lastErr = 0, ""
+					failures, lastErr, quick, slow = 0, "", 0, 0
 				}
 				idle = true
 				if len(r.jobs) == 0 {
@@ -692,7 +666,7 @@ func (s *Subscription) Run(ctx context.Context) error {
 			default:
 				if failures > 0 {
 					log.Info("inbox: claims work again", "table", s.table)
-					failures, lastErr = 0, ""
+					failures, lastErr, quick, slow = 0, "", 0, 0
 				}
 			}
 		case <-kick:
@@ -803,19 +777,30 @@ func (s *Subscription) work(ctx context.Context, w *watch, j *claim.Job, claimed
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	now := s.b.clock.Now()
-	h := handling{j: j, ev: Event{Subscription: s.cfg.name, ID: j.ID, Attempt: j.Attempts + 1, Start: now, Outcome: Failed}}
+	h := handling{j: j, ev: Event{Subscription: s.cfg.name, ID: j.ID, Attempt: max(j.Attempts, 1), Start: now, Outcome: Failed}}
 	s.shape.setLease(reflect.ValueOf(j.Value).Elem(), j.Lease)
 
 	// The watch first, then the handler: a test on a fake clock that sees
 	// the handler start finds its timer armed.
 	w.begin(j, cancel, now, claimedAt)
+	if holder, ok := j.Settler.(claim.Holder); ok {
+		stop := context.AfterFunc(holder.Hold(), w.loseHold)
+		defer stop()
+	}
 	err := j.Err // a row that cannot be read is a failure, without the handler
+	if err == nil && s.counts && j.Attempts > s.cfg.maxAttempts {
+		err = fmt.Errorf("inbox: row %d of %q was claimed %d times, more than MaxAttempts (%d): its earlier handlings never settled (their process died, or their handler never returned); parked without running the handler", j.ID, s.table, j.Attempts, s.cfg.maxAttempts)
+	}
 	if err == nil {
 		err = s.call(hctx, j)
 	}
 	h.lost = w.finish()
-	if err != nil && context.Cause(hctx) != nil && errors.Is(context.Cause(hctx), ErrTimeout) {
-		err = fmt.Errorf("%w (the handler returned: %v)", context.Cause(hctx), err)
+	if cause := context.Cause(hctx); err != nil && errors.Is(cause, ErrTimeout) && err != cause && !errors.Is(err, context.Canceled) {
+		// The handler's own error, beside the timeout; one that is the
+		// context's error says nothing more.
+		err = fmt.Errorf("%w (the handler returned: %v)", cause, err)
+	} else if err != nil && errors.Is(cause, ErrTimeout) {
+		err = cause
 	}
 	h.err, h.ev.Err = err, err
 	return h
@@ -996,8 +981,23 @@ func (w *watch) extend(j *claim.Job, sent time.Time, done chan struct{}) {
 func (w *watch) loseLease(why string, err error) {
 	w.lost = true
 	w.s.stats.lost.Add(1)
+	w.s.overran(w.j.ID)
 	w.log.Warn("inbox: "+why+"; the handler is told and its outcome will change nothing", "table", w.s.table, "id", w.j.ID, "err", err)
 	w.cancel(ErrLeaseLost)
+}
+
+// loseHold tells the handler that the connection holding its row ended.
+func (w *watch) loseHold() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.handled || w.lost {
+		return
+	}
+	w.lost = true
+	w.s.stats.lost.Add(1)
+	w.s.overran(w.j.ID)
+	w.log.Warn("inbox: the connection holding the row ended; the handler is told and its outcome will change nothing", "table", w.s.table, "id", w.j.ID)
+	w.cancel(ErrHoldLost)
 }
 
 // finish ends the watch of a handler that has returned: it waits for an
@@ -1015,13 +1015,59 @@ func (w *watch) finish() (lost bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	lost = w.lost
+	if lost {
+		w.s.returned(w.j.ID)
+	}
 	w.j, w.cancel = nil, nil
 	return lost
 }
 
+// overran records that the handler of id runs on after its row was lost:
+// the row may come back to this process meanwhile, and its next handling
+// must wait for this one (see awaitOverrun).
+func (s *Subscription) overran(id int64) {
+	s.overrunMu.Lock()
+	defer s.overrunMu.Unlock()
+	if s.overrun == nil {
+		s.overrun = map[int64]chan struct{}{}
+	}
+	s.overrun[id] = make(chan struct{})
+	s.overruns.Add(1)
+}
+
+// returned ends what overran recorded, once the handler returned.
+func (s *Subscription) returned(id int64) {
+	s.overrunMu.Lock()
+	defer s.overrunMu.Unlock()
+	if ch, ok := s.overrun[id]; ok {
+		close(ch)
+		delete(s.overrun, id)
+		s.overruns.Add(-1)
+	}
+}
+
+// awaitOverrun waits, before a handling of id starts, for a handler of the
+// same id that lost its row and still runs: one process never runs two
+// handlers of one id at once. It costs an atomic load while none overruns.
+func (s *Subscription) awaitOverrun(id int64) {
+	if s.overruns.Load() == 0 {
+		return
+	}
+	s.overrunMu.Lock()
+	ch := s.overrun[id]
+	s.overrunMu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
 // settleHandling settles a handled job and reports its event.
 func (s *Subscription) settleHandling(log *slog.Logger, h *handling) {
-	h.ev.Outcome = s.settle(log, h.j, h.err, h.lost)
+	var serr error
+	h.ev.Outcome, serr = s.settle(log, h.j, h.err, h.lost)
+	if h.ev.Outcome == Failed {
+		h.ev.Err = errors.Join(h.ev.Err, serr)
+	}
 	if s.cfg.observe != nil {
 		h.ev.End = s.b.clock.Now()
 		s.cfg.observe(h.ev)
@@ -1033,6 +1079,9 @@ func (s *Subscription) reportAck(log *slog.Logger, h *handling, err error) {
 	h.ev.Outcome = Acked
 	if err != nil {
 		h.ev.Outcome = s.settleFailed(log, h.j, "ack", err)
+		if h.ev.Outcome == Failed {
+			h.ev.Err = err
+		}
 	} else {
 		s.stats.acked.Add(1)
 	}
@@ -1042,45 +1091,76 @@ func (s *Subscription) reportAck(log *slog.Logger, h *handling, err error) {
 	}
 }
 
-// settle acks, retries or parks a job whose handler returned err, and
-// returns the outcome.
-func (s *Subscription) settle(log *slog.Logger, j *claim.Job, err error, lost bool) Outcome {
+// settleTries is how often a settlement that failed on a dead connection is
+// sent again: each failure ends one dead connection of the pool, and the
+// statements are fenced, so a repeat changes nothing that the first did.
+const settleTries = 3
+
+// again runs a settlement, and again while it fails on a dead connection
+// (never one whose hold was lost: that is ErrLost, and final).
+func again(f func() error) error {
+	err := f()
+	for i := 1; i < settleTries && err != nil && deadConn(err) && !errors.Is(err, claim.ErrLost); i++ {
+		err = f()
+	}
+	return err
+}
+
+// settle acks, retries, parks or snoozes a job whose handler returned err,
+// and returns the outcome, with the settlement's error when it failed.
+func (s *Subscription) settle(log *slog.Logger, j *claim.Job, err error, lost bool) (Outcome, error) {
 	if lost {
 		if f, ok := j.Settler.(claim.Forgetter); ok {
 			f.Forget() // never settled: the form stops counting it in work
 		}
-		return Lost
+		return Lost, nil
 	}
 	if err == nil {
 		// Every form bounds its own ack (claim.Settler): no timer a job here.
-		if serr := j.Ack(context.Background()); serr != nil {
-			return s.settleFailed(log, j, "ack", serr)
+		if serr := again(func() error { return j.Ack(context.Background()) }); serr != nil {
+			return s.settleFailed(log, j, "ack", serr), serr
 		}
 		s.stats.acked.Add(1)
-		return Acked
+		return Acked, nil
 	}
 	sctx, scancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer scancel()
-	failures := j.Attempts + 1
-	delay := s.cfg.backoff(failures)
-	var re *retryError
-	if errors.As(err, &re) {
-		delay = re.delay
-	}
-	if s.shape.column(RoleAttempts) != "" && failures >= s.cfg.maxAttempts {
-		if serr := j.Park(sctx, err.Error()); serr != nil {
-			return s.settleFailed(log, j, "park", serr)
+	var (
+		se *SnoozeError
+		pe *ParkError
+		re *RetryError
+	)
+	attempt := max(j.Attempts, 1)
+	switch {
+	case errors.As(err, &se):
+		if serr := again(func() error { return j.Snooze(sctx, se.Delay) }); serr != nil {
+			return s.settleFailed(log, j, "snooze", serr), serr
+		}
+		s.stats.snoozed.Add(1)
+		return Snoozed, nil
+	case errors.As(err, &pe) || s.counts && attempt >= s.cfg.maxAttempts:
+		if serr := again(func() error { return j.Park(sctx, err.Error()) }); serr != nil {
+			return s.settleFailed(log, j, "park", serr), serr
 		}
 		s.stats.parked.Add(1)
-		log.Warn("inbox: row parked after its last attempt", "table", s.table, "id", j.ID, "attempts", failures, "err", err)
-		return Parked
+		log.Warn("inbox: row parked", "table", s.table, "id", j.ID, "attempts", attempt, "err", err)
+		return Parked, nil
 	}
-	if serr := j.Retry(sctx, delay, err.Error()); serr != nil {
-		return s.settleFailed(log, j, "retry", serr)
+	var delay time.Duration
+	switch {
+	case errors.As(err, &re):
+		delay = re.Delay
+	case s.cfg.backoff != nil:
+		delay = s.cfg.backoff(attempt)
+	default:
+		delay = jittered(j.ID, attempt)
+	}
+	if serr := again(func() error { return j.Retry(sctx, delay, err.Error()) }); serr != nil {
+		return s.settleFailed(log, j, "retry", serr), serr
 	}
 	s.stats.retried.Add(1)
-	log.Debug("inbox: handler failed; row retried", "table", s.table, "id", j.ID, "attempt", failures, "delay", delay, "err", err)
-	return Retried
+	log.Debug("inbox: handler failed; row retried", "table", s.table, "id", j.ID, "attempt", attempt, "delay", delay, "err", err)
+	return Retried, nil
 }
 
 func (s *Subscription) settleFailed(log *slog.Logger, j *claim.Job, what string, err error) Outcome {
@@ -1089,6 +1169,7 @@ func (s *Subscription) settleFailed(log *slog.Logger, j *claim.Job, what string,
 		log.Warn("inbox: claim lost before "+what+" (its lease was taken over, or the connection holding it ended); the row is someone else's now and this outcome changes nothing", "table", s.table, "id", j.ID, "err", err)
 		return Lost
 	}
+	s.stats.failed.Add(1)
 	log.Error("inbox: "+what+" failed; the row comes back after its lease", "table", s.table, "id", j.ID, "err", err)
 	return Failed
 }

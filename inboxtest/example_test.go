@@ -79,7 +79,7 @@ func Example() {
 		rec.NoOverlaps()
 	})
 	// Output:
-	// id 2: locked until 2026-01-01T00:00:01Z, attempts 1, last error "smtp: 421 try again later"
+	// id 2: locked until 2026-01-01T00:00:00.974Z, attempts 1, last error "smtp: 421 try again later"
 	// id 1 handled 1 times
 	// id 2 handled 2 times
 	// id 3 handled 1 times

@@ -318,7 +318,7 @@ func TestWaitDrainedFailsWithRowsLeft(t *testing.T) {
 		t.Fatal("WaitDrained returned with a row left")
 	}
 	msg := ft.failures()
-	for _, want := range []string{"waited 1s for the queue to drain", "1 rows left", fmt.Sprintf("id %d", id), "attempts 1", `last error "no paper"`, "locked until 2026-01-01T00:00:01Z"} {
+	for _, want := range []string{"waited 1s for the queue to drain", "1 rows left", fmt.Sprintf("id %d", id), "attempts 1", `last error "no paper"`, "locked until 2026-01-01T00:00:00.952Z"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("failure %q does not say %q", msg, want)
 		}

@@ -111,7 +111,7 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 		}
 		return nil, c.fail("take a connection", err)
 	}
-	p := &pin{c: c, conn: conn}
+	p := &pin{c: c, conn: conn, watch: claim.NewConnWatch(conn)}
 	// A row finished by another session between this statement's snapshot
 	// and its lock is locked, then found gone by the re-read: the lowest ids,
 	// the ones claims look at first, are exactly those being finished. Such
@@ -167,6 +167,7 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	for _, j := range jobs {
 		j.Settler = &held{p: p, id: j.ID}
 	}
+	p.watch.Start()
 	return jobs, nil
 }
 

@@ -30,8 +30,9 @@ const settleTimeout = 30 * time.Second
 // starts goes in that turn, so jobs of one claim finishing together pay
 // one commit, not one each.
 type pin struct {
-	c    *claimer
-	conn *sql.Conn
+	c     *claimer
+	conn  *sql.Conn
+	watch *claim.ConnWatch // read while no turn runs
 
 	mu      sync.Mutex
 	refs    int           // jobs not yet settled
@@ -54,6 +55,9 @@ type settlement struct {
 // close gives the connection back to the pool, or ends it when a lock may
 // be left on it, and uncounts it.
 func (p *pin) close() {
+	if p.watch != nil {
+		p.watch.End()
+	}
 	if p.dirty {
 		// First ask the session to drop every advisory lock it holds; a
 		// pool that keeps sessions alive behind database/sql (a broker on a
@@ -132,6 +136,7 @@ func (p *pin) run(ctx context.Context) {
 	p.mu.Lock()
 	turn := p.next()
 	p.mu.Unlock()
+	p.watch.Pause()
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	dirty := p.exec(tctx, turn)
 	cancel()
@@ -149,6 +154,11 @@ func (p *pin) run(ctx context.Context) {
 	p.mu.Lock()
 	more := len(p.queue) > 0
 	p.running = more
+	if !more && !last {
+		// Under p.mu: a settlement that comes next finds the connection
+		// free, and pauses this read before its turn.
+		p.watch.Start()
+	}
 	p.mu.Unlock()
 	if more {
 		go p.run(context.WithoutCancel(ctx))
@@ -400,9 +410,41 @@ func (h *held) Park(ctx context.Context, lastError string) error {
 	return h.settle(ctx, "park", e.SQL.ParkLocked, h.id, nil, e.Table.Times.Encode(dialect.Never), nullable(lastError))
 }
 
-// Release unlocks the row, unchanged.
+// Snooze sets the row's time to now+delay, gives its attempt back, and
+// unlocks.
+func (h *held) Snooze(ctx context.Context, delay time.Duration) error {
+	e := &h.p.c.env
+	return h.settle(ctx, "snooze", e.SQL.SnoozeLocked, h.id, nil, e.Table.Times.Arg(e.Clock.Now(), delay))
+}
+
+// Release gives the row's attempt back and unlocks it.
 func (h *held) Release(ctx context.Context) error {
+	if h.p.c.env.Table.Attempts != "" {
+		return h.settle(ctx, "release", h.p.c.env.SQL.ReleaseLocked, h.id)
+	}
 	return h.settle(ctx, "release", "")
+}
+
+// Hold ends when the claim's session is seen to end.
+func (h *held) Hold() context.Context { return h.p.watch.Hold() }
+
+// Forget gives up a job whose hold was lost: it will never be settled, and
+// the session, which may hold its lock, is ended with the last job.
+func (h *held) Forget() {
+	p := h.p
+	p.mu.Lock()
+	if h.done {
+		p.mu.Unlock()
+		return
+	}
+	h.done = true
+	p.dirty = true
+	p.refs--
+	last := p.refs == 0 && !p.running
+	p.mu.Unlock()
+	if last {
+		p.close()
+	}
 }
 
 // Extend does nothing: an advisory lock lasts as long as its session.

@@ -167,6 +167,12 @@ func (s *settler) Park(ctx context.Context, lastError string) error {
 	return s.exec(ctx, "park", e.SQL.Park, s.id, s.fence(), e.Table.Times.Encode(dialect.Never), nullable(lastError))
 }
 
+func (s *settler) Snooze(ctx context.Context, delay time.Duration) error {
+	defer s.c.acks.settled()
+	e := &s.c.env
+	return s.exec(ctx, "snooze", e.SQL.Snooze, s.id, s.fence(), e.Table.Times.Arg(e.Clock.Now(), delay))
+}
+
 // Forget stops counting a job whose lease was lost among those in work,
 // so the acks of the others do not wait for it.
 func (s *settler) Forget() { s.c.acks.settled() }

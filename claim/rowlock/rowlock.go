@@ -1,13 +1,19 @@
 // Package rowlock is the claim form that holds each claimed row under a
 // Postgres row lock for as long as its handler runs.
 //
-// A claim opens a transaction on a connection of its own and takes one row
-// with SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1; the transaction stays open
-// while the handler runs. Ack deletes the row and commits; retry and park
-// update it and commit; release rolls back. When the holder dies its
-// connection closes, Postgres rolls the transaction back and the row is free
-// at once: there is no lease to wait out. The price is one pool connection
-// per job in work. It serves Postgres only.
+// A claim takes one row with SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1 on a
+// connection of its own and holds it in a transaction that stays open while
+// the handler runs. Ack deletes the row and commits; retry and park update
+// it and commit; release rolls back. Where the table counts attempts, the
+// claim first counts the row's attempt in a statement committed on its own,
+// with a two-second lease that keeps other claimers off until the
+// transaction locks the row: the attempt is counted even when the holder
+// dies. When the holder dies its connection closes, Postgres rolls the
+// transaction back and the row is free at once (within the two seconds of
+// that lease where attempts are counted). A read waits on the idle
+// connection while the handler runs, so a hold lost with its connection is
+// told at once (claim.Holder). The price is one pool connection per job in
+// work. It serves Postgres only.
 //
 //	sub, err := inbox.Subscribe(b, q, handle, inbox.Form(rowlock.Form), inbox.Workers(8))
 package rowlock
@@ -79,6 +85,15 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 		c.uncount()
 		return nil, fmt.Errorf("claim from %q (rowlock): take a connection: %w", e.Table.Unquoted, err)
 	}
+	counted := e.SQL.ClaimHold != ""
+	var j *claim.Job
+	if counted {
+		if j, err = c.takeCounted(ctx, conn); err != nil || j == nil {
+			conn.Close()
+			c.uncount()
+			return nil, err
+		}
+	}
 	// The transaction outlives the claim's context: it lasts until the job
 	// is settled.
 	tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
@@ -87,15 +102,72 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 		c.uncount()
 		return nil, fmt.Errorf("claim from %q (rowlock): begin: %w", e.Table.Unquoted, err)
 	}
-	h := &hold{c: c, conn: conn, tx: tx}
-	j, err := c.take(ctx, tx)
+	h := &hold{c: c, conn: conn, tx: tx, watch: claim.NewConnWatch(conn)}
+	if counted {
+		j, err = c.lockCounted(ctx, tx, j)
+	} else {
+		j, err = c.take(ctx, tx)
+	}
 	if err != nil || j == nil {
 		h.end(false)
 		return nil, err
 	}
-	h.id = j.ID
+	h.id, h.counted = j.ID, e.SQL.ClaimHold != ""
 	j.Settler = h
+	h.watch.Start()
 	return []*claim.Job{j}, nil
+}
+
+// holdGap is the lease takeCounted writes: it keeps other claimers off the
+// row between its two steps, and is all that holds the row once its holder
+// died.
+const holdGap = 2 * time.Second
+
+// takeCounted takes the first available row in a statement of its own,
+// before the holder's transaction: it counts the row's attempt and writes a
+// short lease, and commits, so the attempt stays counted whatever becomes
+// of the holder. lockCounted then locks the row in the transaction.
+func (c *claimer) takeCounted(ctx context.Context, conn *sql.Conn) (*claim.Job, error) {
+	e := &c.env
+	now := e.Clock.Now()
+	rows, err := conn.QueryContext(ctx, e.SQL.ClaimHold, e.Table.Times.Arg(now, holdGap), e.Table.Times.Arg(now, 0), nil, e.Group, c.mark.Start(now, e.Rescan))
+	if err != nil {
+		return nil, fmt.Errorf("claim from %q (rowlock): %w", e.Table.Unquoted, err)
+	}
+	defer rows.Close()
+	var j *claim.Job
+	if rows.Next() {
+		if j, err = claim.ScanJob(e.Table, rows.Scan); err != nil {
+			return nil, err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim from %q (rowlock): %w", e.Table.Unquoted, err)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("claim from %q (rowlock): %w", e.Table.Unquoted, err)
+	}
+	if j == nil {
+		c.mark.Took(false, nil)
+		return nil, nil
+	}
+	c.mark.Took(true, []*claim.Job{j})
+	return j, nil
+}
+
+// lockCounted locks the row takeCounted took, by the lease it wrote: a row
+// whose lease changed in between (the step outlived the lease) is someone
+// else's, and none is taken.
+func (c *claimer) lockCounted(ctx context.Context, tx *sql.Tx, j *claim.Job) (*claim.Job, error) {
+	e := &c.env
+	res, err := tx.ExecContext(ctx, e.SQL.HoldOne, j.ID, e.Table.Times.Encode(j.Lease))
+	if err != nil {
+		return nil, fmt.Errorf("claim from %q (rowlock): lock row %d: %w", e.Table.Unquoted, j.ID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return nil, nil
+	}
+	return j, nil
 }
 
 // take selects and locks the first available row, or returns nil.
@@ -134,13 +206,32 @@ type hold struct {
 	conn *sql.Conn
 	tx   *sql.Tx
 
+	watch   *claim.ConnWatch
+	counted bool // the claim counted an attempt, committed
+
 	mu   sync.Mutex
 	done bool
+}
+
+// Hold ends when the transaction's connection is seen to end.
+func (h *hold) Hold() context.Context { return h.watch.Hold() }
+
+// Forget ends the hold of a job that will never be settled.
+func (h *hold) Forget() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.done {
+		h.done = true
+		h.end(false)
+	}
 }
 
 // end commits or rolls back the transaction and gives the connection back
 // to the pool. A failed commit rolls back: the row is free again.
 func (h *hold) end(commit bool) error {
+	if h.watch != nil {
+		h.watch.End()
+	}
 	var err error
 	if commit {
 		err = h.tx.Commit()
@@ -172,6 +263,11 @@ func (h *hold) settle(ctx context.Context, what, query string, args ...any) erro
 		return fmt.Errorf("%s row %d of %q (rowlock): already settled", what, h.id, e.Table.Unquoted)
 	}
 	h.done = true
+	h.watch.Pause()
+	if h.watch.Lost() {
+		h.end(false)
+		return fmt.Errorf("%s row %d of %q (rowlock): %w: %w", what, h.id, e.Table.Unquoted, claim.ErrLost, claim.ErrHoldLost)
+	}
 	if query == "" {
 		h.end(false)
 		return nil
@@ -214,8 +310,17 @@ func (h *hold) Park(ctx context.Context, lastError string) error {
 	return h.settle(ctx, "park", e.SQL.ParkLocked, h.id, nil, e.Table.Times.Encode(dialect.Never), nullable(lastError))
 }
 
-// Release rolls back: the row is as it was before the claim.
+// Snooze sets the row's time to now+delay and gives its attempt back.
+func (h *hold) Snooze(ctx context.Context, delay time.Duration) error {
+	e := &h.c.env
+	return h.settle(ctx, "snooze", e.SQL.SnoozeLocked, h.id, nil, e.Table.Times.Arg(e.Clock.Now(), delay))
+}
+
+// Release makes the row available at once, as it was before the claim.
 func (h *hold) Release(ctx context.Context) error {
+	if h.counted {
+		return h.settle(ctx, "release", h.c.env.SQL.ReleaseLocked, h.id)
+	}
 	return h.settle(ctx, "release", "")
 }
 

@@ -26,8 +26,18 @@ type Table struct {
 type InboxSQL struct {
 	// ClaimLease: $1 the new lease (Times.At), $2 now, $3 limit (at most
 	// MaxClaim), $4 group, $5 the least id to look at (math.MinInt64 for
-	// the whole table). Returns id, locked_until, attempts, Columns...
+	// the whole table). It counts the attempt (attempts + 1, where the
+	// column exists). Returns id, locked_until, attempts, Columns...
 	ClaimLease string
+	// ClaimHold is the row-lock form's first step where the table counts
+	// attempts: ClaimLease's parameters ($3 unused, NULL), for one row, committed on its own
+	// so that the attempt is counted even when the holder dies; the lease
+	// it writes only bridges the step to the lock (see HoldOne). Empty
+	// where the table has no attempts column.
+	ClaimHold string
+	// HoldOne locks the row ClaimHold took, inside the holder's
+	// transaction: $1 id, $2 the lease ClaimHold wrote.
+	HoldOne string
 	// SelectAvailable: the first row a row-lock claim may take, in id
 	// order: $1 now, $2 group, $3 the least id to look at. Row lock appends
 	// the lock clause. Its LIMIT 1 is written out, not a parameter: with a
@@ -46,7 +56,8 @@ type InboxSQL struct {
 	// session holds it; $6 rows back and fewer than $2 locked mean there
 	// may be more rows above the last.
 	LockAvailable string
-	// Reread reads rows again by id once locked: $1 ids, $2 now.
+	// Reread reads rows again by id once locked and counts their attempt
+	// (where the table has the column): $1 ids, $2 now.
 	Reread string
 	// Ack deletes a claimed row fenced on its lease: $1 id, $2 lease.
 	Ack string
@@ -55,25 +66,35 @@ type InboxSQL struct {
 	// the Unix epoch (bigint arrays, as text literals); on SQLite $1 a JSON
 	// array of [id, lease] pairs, leases encoded as the column keeps them.
 	AckMany string
-	// Retry sets a new time and bumps attempts, fenced: $1 id, $2 lease,
-	// $3 new time (Times.At), $4 last error.
+	// Retry sets a new time and keeps the last error, fenced: $1 id, $2
+	// lease, $3 new time (Times.At), $4 last error. The attempt was counted
+	// by the claim.
 	Retry string
 	// Park is Retry with a fixed time ($3 encoded, never Times.At).
 	Park string
+	// Snooze sets a new time and gives back the attempt the claim counted,
+	// fenced: $1 id, $2 lease, $3 new time (Times.At).
+	Snooze string
 	// Extend moves the lease, fenced: $1 id, $2 lease, $3 new lease.
 	// Returns locked_until.
 	Extend string
-	// Release gives an unstarted row back: $1 id, $2 lease.
+	// Release gives an unstarted row back, with the attempt its claim
+	// counted: $1 id, $2 lease.
 	Release string
 	// Delete removes a row held by a lock (row-lock and advisory forms): $1 id.
 	Delete string
 	// DeleteMany removes rows held by advisory locks and returns the ids it
 	// deleted: $1 ids (a bigint[]; its text form binds too). Postgres only.
 	DeleteMany string
-	// RetryLocked and ParkLocked are Retry and Park for rows held by a lock:
-	// $1 id, $3 new time, $4 last error ($2 unused, always NULL).
-	RetryLocked string
-	ParkLocked  string
+	// RetryLocked, ParkLocked and SnoozeLocked are Retry, Park and Snooze
+	// for rows held by a lock: $1 id, $3 new time, $4 last error ($2
+	// unused, always NULL; no $4 for SnoozeLocked).
+	RetryLocked  string
+	ParkLocked   string
+	SnoozeLocked string
+	// ReleaseLocked gives back a row held by a lock, with the attempt its
+	// claim counted, available at once: $1 id.
+	ReleaseLocked string
 	// Unlock releases advisory locks: $1 lock class, $2 ids.
 	Unlock string
 	// Parked lists parked rows in id order: $1 never, $2 group.
@@ -117,9 +138,10 @@ func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 			return fmt.Sprintf(" AND %s = $%d", t.Group, n)
 		}
 	}
-	bump, bumpErr := "", ""
+	bump, unbump, bumpErr := "", "", ""
 	if t.Attempts != "" {
 		bump = fmt.Sprintf(", %s = %s + 1", t.Attempts, t.Attempts)
+		unbump = fmt.Sprintf(", %[1]s = CASE WHEN %[1]s > 0 THEN %[1]s - 1 ELSE 0 END", t.Attempts)
 	}
 	unusedErr := ""
 	if t.LastError != "" {
@@ -140,8 +162,8 @@ func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 		// each time its value changes (it plans for the value bound), and a
 		// claim's limit is the number of free workers, which changes all
 		// the time: an expression keeps the one plan.
-		claim = fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s IN (SELECT %s %s LIMIT ($3 + 0)) RETURNING %s",
-			t.Name, lu, tm.At(1), t.ID, t.ID, where, returning)
+		claim = fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s IN (SELECT %s %s LIMIT ($3 + 0)) RETURNING %s",
+			t.Name, lu, tm.At(1), bump, t.ID, t.ID, where, returning)
 	case t.OneHeap:
 		// On Postgres the limit that locks is written out (MaxClaim) and the
 		// claim's own limit is applied over it: rows are locked as they are
@@ -157,11 +179,11 @@ func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 		// and the update would also take the rows of the others at the same
 		// addresses (200k jobs 2x100, six runs each: 62.7k -> 65.3k jobs/s
 		// on average, machine CPU 25.8 -> 24.6 us a job).
-		claim = fmt.Sprintf("UPDATE %s SET %s = %s WHERE ctid = ANY(ARRAY(SELECT ctid FROM (SELECT ctid, %s %s LIMIT %d%s) AS c LIMIT $3)) RETURNING %s",
-			t.Name, lu, tm.At(1), t.ID, where, MaxClaim, d.SkipLocked(), returning)
+		claim = fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE ctid = ANY(ARRAY(SELECT ctid FROM (SELECT ctid, %s %s LIMIT %d%s) AS c LIMIT $3)) RETURNING %s",
+			t.Name, lu, tm.At(1), bump, t.ID, where, MaxClaim, d.SkipLocked(), returning)
 	default:
-		claim = fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s = ANY(ARRAY(SELECT %s FROM (SELECT %s %s LIMIT %d%s) AS c LIMIT $3)) RETURNING %s",
-			t.Name, lu, tm.At(1), t.ID, t.ID, t.ID, where, MaxClaim, d.SkipLocked(), returning)
+		claim = fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s = ANY(ARRAY(SELECT %s FROM (SELECT %s %s LIMIT %d%s) AS c LIMIT $3)) RETURNING %s",
+			t.Name, lu, tm.At(1), bump, t.ID, t.ID, t.ID, where, MaxClaim, d.SkipLocked(), returning)
 	}
 	availableAt1 := fmt.Sprintf("(%s IS NULL OR %s <= %s)", lu, lu, tm.At(1))
 	selectAvailable := fmt.Sprintf("SELECT %s FROM %s WHERE %s >= %s AND %s%s ORDER BY %s LIMIT 1",
@@ -172,15 +194,18 @@ func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 		ClaimLease:      d.Rebind(claim),
 		SelectAvailable: d.Rebind(selectAvailable),
 		Ack:             d.Rebind(fmt.Sprintf("DELETE FROM %s WHERE %s", t.Name, fence)),
-		Retry:           d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s%s%s WHERE %s", t.Name, lu, tm.At(3), bump, bumpErr, retryFence)),
-		Park:            d.Rebind(fmt.Sprintf("UPDATE %s SET %s = $3%s%s WHERE %s", t.Name, lu, bump, bumpErr, retryFence)),
+		Retry:           d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s", t.Name, lu, tm.At(3), bumpErr, retryFence)),
+		Park:            d.Rebind(fmt.Sprintf("UPDATE %s SET %s = $3%s WHERE %s", t.Name, lu, bumpErr, retryFence)),
+		Snooze:          d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s", t.Name, lu, tm.At(3), unbump, fence)),
 		Extend:          d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s RETURNING %s", t.Name, lu, tm.At(3), fence, lu)),
-		Release:         d.Rebind(fmt.Sprintf("UPDATE %s SET %s = NULL WHERE %s", t.Name, lu, fence)),
+		Release:         d.Rebind(fmt.Sprintf("UPDATE %s SET %s = NULL%s WHERE %s", t.Name, lu, unbump, fence)),
 		Delete:          d.Rebind(fmt.Sprintf("DELETE FROM %s WHERE %s = $1", t.Name, t.ID)),
 	}
 	byID := fmt.Sprintf("%s = $1", t.ID) + unused(d, 2) + unusedErr
-	s.RetryLocked = d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s%s%s WHERE %s", t.Name, lu, tm.At(3), bump, bumpErr, byID))
-	s.ParkLocked = d.Rebind(fmt.Sprintf("UPDATE %s SET %s = $3%s%s WHERE %s", t.Name, lu, bump, bumpErr, byID))
+	s.RetryLocked = d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s", t.Name, lu, tm.At(3), bumpErr, byID))
+	s.ParkLocked = d.Rebind(fmt.Sprintf("UPDATE %s SET %s = $3%s WHERE %s", t.Name, lu, bumpErr, byID))
+	s.SnoozeLocked = d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s = $1%s", t.Name, lu, tm.At(3), unbump, t.ID, unused(d, 2)))
+	s.ReleaseLocked = d.Rebind(fmt.Sprintf("UPDATE %s SET %s = NULL%s WHERE %s = $1", t.Name, lu, unbump, t.ID))
 	s.Parked = d.Rebind(fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1%s ORDER BY %s", returning, t.Name, lu, group(2), t.ID))
 	s.Count = d.Rebind(fmt.Sprintf(`SELECT
 	COALESCE(SUM(CASE WHEN %[1]s IS NULL OR %[1]s <= %[3]s THEN 1 ELSE 0 END), 0),
@@ -220,6 +245,19 @@ FROM %[2]s WHERE TRUE%[4]s`, lu, t.Name, tm.At(1), group(3)))
 SELECT id, locked FROM walk WHERE steps > 0`,
 			t.ID, t.Name, availableAt1, group(3), t.ID, t.ID)
 		s.Reread = fmt.Sprintf("SELECT %s FROM %s WHERE %s = ANY($1) AND (%s IS NULL OR %s <= %s)", returning, t.Name, t.ID, lu, lu, tm.At(2))
+		if t.Attempts != "" {
+			// Committed on its own, on the session that holds the locks:
+			// a holder that dies has its attempt counted all the same.
+			s.Reread = fmt.Sprintf("UPDATE %s SET %s = %s + 1 WHERE %s = ANY($1) AND (%s IS NULL OR %s <= %s) RETURNING %s", t.Name, t.Attempts, t.Attempts, t.ID, lu, lu, tm.At(2), returning)
+			// One row, locked while its attempt is counted and its lease
+			// written, committed; the holder's transaction then locks it
+			// again by that lease, which no other claimer can take
+			// meanwhile. A holder that dies leaves the row held by that
+			// lease alone (a few seconds), with its attempt counted.
+			s.ClaimHold = fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s = (SELECT %s %s LIMIT 1%s)%s RETURNING %s",
+				t.Name, lu, tm.At(1), bump, t.ID, t.ID, where, d.SkipLocked(), unused(d, 3), returning)
+			s.HoldOne = fmt.Sprintf("SELECT 1 FROM %s WHERE %s = $1 AND %s = $2 FOR UPDATE", t.Name, t.ID, lu)
+		}
 		s.DeleteMany = fmt.Sprintf("DELETE FROM %s WHERE %s = ANY($1::bigint[]) RETURNING %s", t.Name, t.ID, t.ID)
 		s.Floor = fmt.Sprintf("SELECT min(%s) FROM %s WHERE %s >= %s%s", t.ID, t.Name, t.ID, d.bigint(1), group(2))
 		s.Unlock = "SELECT pg_advisory_unlock($1::int, (id % 4294967296)::bigint::bit(32)::int) FROM unnest($2::bigint[]) AS u(id)"

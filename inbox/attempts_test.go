@@ -1,0 +1,74 @@
+package inbox_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sqlinbox/sqlinbox/claim"
+	"github.com/sqlinbox/sqlinbox/claim/advisory"
+	"github.com/sqlinbox/sqlinbox/claim/lease"
+	"github.com/sqlinbox/sqlinbox/claim/rowlock"
+	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/inboxtest"
+)
+
+// A row claimed MaxAttempts times without a settlement (each handling's
+// process died) is parked at its next claim, without running its handler:
+// attempts are counted when a row is claimed. Every form, every database.
+func TestRowThatKillsItsProcessIsParked(t *testing.T) {
+	cases := []struct {
+		form claim.Form
+		pg   bool
+	}{{lease.Form, false}, {lease.Form, true}, {rowlock.Form, true}, {advisory.Form, true}}
+	for _, c := range cases {
+		name := c.form.Name() + "/sqlite"
+		if c.pg {
+			name = c.form.Name() + "/postgres"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			url := inboxtest.SQLite(t)
+			if c.pg {
+				url = inboxtest.Postgres(t)
+			}
+			b := open(t, url, inbox.WithClock(fake()))
+			// Claimed three times already, never settled.
+			if _, err := b.DB().Exec("INSERT INTO jobs (payload, attempts) VALUES ('p', 3)"); err != nil {
+				t.Fatal(err)
+			}
+			insert(t, b.DB(), 1)
+			ev := inboxtest.NewEvents(t)
+			var ran atomic.Int32
+			sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(ctx context.Context, j Job) error {
+				if j.Attempts != 1 {
+					t.Errorf("handler ran on row %d at attempt %d", j.ID, j.Attempts)
+				}
+				ran.Add(1)
+				return nil
+			}, inbox.Form(c.form), inbox.MaxAttempts(3), ev.Observe())
+			if err != nil {
+				t.Fatal(err)
+			}
+			inboxtest.RunSubscription(t, sub)
+			evs := ev.Wait("a park and an ack", func(e []inbox.Event) bool { return len(e) == 2 })
+			var parked inbox.Event
+			for _, e := range evs {
+				if e.Outcome == inbox.Parked {
+					parked = e
+				}
+			}
+			if parked.Attempt != 4 || parked.Err == nil || !strings.Contains(parked.Err.Error(), "claimed 4 times") {
+				t.Fatalf("events %+v, want the over-claimed row parked at attempt 4", evs)
+			}
+			if n := ran.Load(); n != 1 {
+				t.Fatalf("handler ran %d times, want once (the fresh row only)", n)
+			}
+			rows := inboxtest.ParkedRows(t, b, inbox.MustQueue[Job]("jobs"))
+			if len(rows) != 1 || rows[0].Attempts != 4 {
+				t.Fatalf("parked rows %v, want one with attempts 4", rows)
+			}
+		})
+	}
+}

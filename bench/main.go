@@ -62,6 +62,10 @@ func main() {
 	sweep := flag.String("sweep", "10,50,200", "sqlinbox workers per instance in the sweep")
 	riverSweep := flag.String("river-sweep", "100,500", "River MaxWorkers in the sweep (the headline adds its own)")
 	chart := flag.String("chart", "bench.png", "chart file (PNG; empty: none)")
+	publishRows := flag.Int("publish-rows", 100000, "rows per publish run (sqlinbox PublishMany, River InsertMany, bare COPY); 0: no publish runs")
+	publishBatch := flag.Int("publish-batch", 10000, "rows per PublishMany / InsertMany call and per COPY")
+	publishRuns := flag.Int("publish-runs", 3, "publish runs of each publisher; the best is kept")
+	publishOnly := flag.Bool("publish-only", false, "run only the publish runs")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -93,11 +97,20 @@ func main() {
 	if *sqlitePath != "" {
 		dbs = append(dbs, target{db: "sqlite", url: "sqlite://" + *sqlitePath, jobs: *sqliteJobs, instances: 1})
 	}
+	var published []publishRow
 	for _, t := range dbs {
 		libURL, riverURL := t.url, t.url
 		if t.db == "postgres" {
 			libURL = schemaURL(ctx, t.url, "sqlinbox_bench")
 			riverURL = schemaURL(ctx, t.url, "river_bench")
+		}
+		if *publishRows > 0 {
+			p, err := publishBench(ctx, t.db, libURL, riverURL, *publishRows, *publishBatch, *publishRuns)
+			check(err)
+			published = append(published, p...)
+		}
+		if *publishOnly {
+			continue
 		}
 		db, _, err := dialect.Open(libURL)
 		check(err)
@@ -171,7 +184,13 @@ func main() {
 		}
 	}
 
-	report(rows)
+	if len(rows) > 0 {
+		report(rows)
+	}
+	if len(published) > 0 {
+		fmt.Println()
+		publishReport(published)
+	}
 	if *chart != "" && len(rows) > 0 {
 		check(drawChart(*chart, rows))
 		fmt.Fprintf(os.Stderr, "chart: %s\n", *chart)

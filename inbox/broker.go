@@ -47,6 +47,7 @@ type Broker struct {
 	mu        sync.Mutex
 	inserts   map[string]insert        // publish statements by table and row type
 	encodings map[string]dialect.Times // locked_until encodings by table
+	batches   sync.Map                 // PublishMany's plans (batchPlan) by table, row type and grouping
 }
 
 // Option configures a Broker.

@@ -20,12 +20,12 @@ import (
 )
 
 func init() {
-	register("bench", "measure: throughput (drain a backlog), latency (write to handler start), idle (statements of an idle subscription), churn (pickup and idle reads after a drain, no vacuum), groups (idle cost of many group subscriptions)", bench)
+	register("bench", "measure: throughput (drain a backlog), latency (write to handler start), idle (statements of an idle subscription), churn (pickup and idle reads after a drain, no vacuum), groups (idle cost of many group subscriptions), publish (PublishMany beside a bare COPY)", bench)
 }
 
 func bench(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: inbox bench throughput|latency|idle|churn|groups|registry --db URL ...")
+		return fmt.Errorf("usage: inbox bench throughput|latency|idle|churn|groups|registry|publish --db URL ...")
 	}
 	switch args[0] {
 	case "throughput":
@@ -40,8 +40,10 @@ func bench(ctx context.Context, args []string) error {
 		return benchGroups(ctx, args[1:])
 	case "registry":
 		return benchRegistry(ctx, args[1:])
+	case "publish":
+		return benchPublish(ctx, args[1:])
 	}
-	return fmt.Errorf("unknown bench %q: use throughput, latency, idle, churn, groups or registry", args[0])
+	return fmt.Errorf("unknown bench %q: use throughput, latency, idle, churn, groups, registry or publish", args[0])
 }
 
 // maxRSSMB is the process's peak resident set, from getrusage (KB on Linux),

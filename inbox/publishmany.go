@@ -1,0 +1,301 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"reflect"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// sqliteBatchRows is the most rows one SQLite statement of a batch writes
+// (fewer when the rows' parameters would pass dialect.MaxParams).
+const sqliteBatchRows = 500
+
+// PublishMany writes rows into q's table and returns their ids in the rows'
+// order. Every row gets the same Delay or At. On Postgres it is one
+// statement, one round trip however many rows (INSERT ... SELECT FROM
+// unnest of one array per column); on SQLite one transaction of
+// multi-row INSERTs. Either every row is written or none is. The queue's
+// subscriptions are woken once, and with ListenNotify one notification is
+// sent for the batch.
+//
+// Generated ids are returned in the order the database gave them out,
+// which is the rows' order: a table whose generated ids do not rise with
+// each insert (a sequence with a negative step) gets them sorted.
+func PublishMany[T any](ctx context.Context, b *Broker, q Queue[T], rows []T, opts ...PublishOption) ([]int64, error) {
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	if err := b.writer.Lock(ctx); err != nil {
+		return nil, fmt.Errorf("inbox: publish many to %q: waiting for the turn to write: %w", q.table, err)
+	}
+	ids, err := publishManyDB(ctx, b, q, rows, opts)
+	b.writer.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	b.hub.Wake(q.table, q.group)
+	return ids, nil
+}
+
+func publishManyDB[T any](ctx context.Context, b *Broker, q Queue[T], rows []T, opts []PublishOption) ([]int64, error) {
+	if b.d.Kind == dialect.Postgres {
+		// One statement: atomic on its own.
+		return publishMany(ctx, b, b.db, q, rows, opts, true, sqlQuery(ctx, b.db))
+	}
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: publish many to %q: begin: %w", q.table, err)
+	}
+	ids, err := publishMany(ctx, b, tx, q, rows, opts, true, sqlQuery(ctx, tx))
+	if err != nil {
+		tx.Rollback()
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("inbox: publish many to %q: commit: %w", q.table, err)
+	}
+	return ids, nil
+}
+
+// PublishManyTx is PublishMany inside the caller's transaction (a *sql.Tx,
+// *sqlx.Tx or pgx.Tx): the rows are seen at its commit. Wakes as PublishTx
+// does.
+func PublishManyTx[T any](ctx context.Context, b *Broker, tx any, q Queue[T], rows []T, opts ...PublishOption) ([]int64, error) {
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	var query queryFunc
+	var catalog dialect.Querier = b.db
+	switch t := tx.(type) {
+	case *sql.Tx:
+		query, catalog = sqlQuery(ctx, t), t
+	case *sqlx.Tx:
+		query, catalog = sqlQuery(ctx, t.Tx), t
+	case pgx.Tx:
+		query = func(q string, args ...any) (rowsIter, error) {
+			r, err := t.Query(ctx, q, args...)
+			if err != nil {
+				return nil, err
+			}
+			return pgxRows{r}, nil
+		}
+	default:
+		return nil, fmt.Errorf("inbox: PublishManyTx takes a *sql.Tx, *sqlx.Tx or pgx.Tx, got %T", tx)
+	}
+	ids, err := publishMany(ctx, b, catalog, q, rows, opts, false, query)
+	if err != nil {
+		return nil, err
+	}
+	b.hub.Wake(q.table, q.group)
+	return ids, nil
+}
+
+// rowsIter is what a batch reads back: *sql.Rows or pgx.Rows.
+type rowsIter interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close()
+}
+
+type queryFunc func(query string, args ...any) (rowsIter, error)
+
+type sqlRows struct{ *sql.Rows }
+
+func (r sqlRows) Close() { r.Rows.Close() }
+
+type pgxRows struct{ pgx.Rows }
+
+func (r pgxRows) Scan(dest ...any) error { return r.Rows.Scan(dest...) }
+
+func sqlQuery(ctx context.Context, db interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}) queryFunc {
+	return func(q string, args ...any) (rowsIter, error) {
+		r, err := db.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, err
+		}
+		return sqlRows{r}, nil
+	}
+}
+
+// batchPlan is what a table's batches need, read once per table and row
+// type.
+type batchPlan struct {
+	batch  dialect.Batch
+	fields []field // the fields written from each row, in Batch.Columns order
+	times  dialect.Times
+}
+
+func publishMany[T any](ctx context.Context, b *Broker, catalog dialect.Querier, q Queue[T], rows []T, opts []PublishOption, stamped bool, query queryFunc) ([]int64, error) {
+	if q.shape == nil {
+		return nil, fmt.Errorf("inbox: publish to a zero Queue: make it with NewQueue")
+	}
+	if q.group != "" && q.shape.column(RoleGroup) == "" {
+		return nil, fmt.Errorf("inbox: publish to %q: queue has group %q but %v tags no group column (`inbox:\"group\"`): add one, or publish to the queue without Group", q.table, q.group, q.shape.typ)
+	}
+	var cfg publishConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	plan, err := b.batchPlan(ctx, catalog, q.table, q.shape, q.group != "")
+	if err != nil {
+		return nil, err
+	}
+	offset, at := cfg.lockedUntil(plan.times, b.clock.Now())
+	fixed := []any{offset}
+	if plan.times.InDatabase {
+		fixed = append(fixed, at)
+	}
+	if plan.batch.Notify {
+		payload := q.group
+		if stamped && len(q.group) < 7900 {
+			payload = b.hub.Stamp(q.group)
+		}
+		fixed = append(fixed, q.table, payload)
+	}
+	if plan.batch.Group != "" {
+		fixed = append(fixed, q.group)
+	}
+	var ids []int64
+	if b.d.Kind == dialect.Postgres {
+		args := append(fixed, columnArrays(plan.fields, rows)...)
+		ids, err = readIDs(query, b.d.PublishMany(plan.batch, plan.times, len(rows)), args, len(rows))
+	} else {
+		ids, err = publishChunks(b.d, plan, rows, fixed, query)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inbox: publish many to %q: %w", q.table, err)
+	}
+	if len(ids) != len(rows) {
+		return nil, fmt.Errorf("inbox: publish many to %q: %d rows written of %d", q.table, len(ids), len(rows))
+	}
+	if id := q.shape.byRole[RoleID]; !id.generated {
+		// The rows carry their ids.
+		for i := range rows {
+			ids[i] = reflect.ValueOf(&rows[i]).Elem().FieldByIndex(id.index).Int()
+		}
+		return ids, nil
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// publishChunks writes rows on SQLite, as many a statement as its
+// parameters allow, each full chunk by one prepared statement.
+func publishChunks[T any](d *dialect.Dialect, plan batchPlan, rows []T, fixed []any, query queryFunc) ([]int64, error) {
+	per := max(1, min(sqliteBatchRows, (dialect.MaxParams-len(fixed))/max(1, len(plan.fields))))
+	ids := make([]int64, 0, len(rows))
+	var full string
+	for start := 0; start < len(rows); start += per {
+		chunk := rows[start:min(start+per, len(rows))]
+		text := full
+		if len(chunk) < per || full == "" {
+			text = d.PublishMany(plan.batch, plan.times, len(chunk))
+			if len(chunk) == per {
+				full = text
+			}
+		}
+		args := append(slices.Clip(fixed), rowValues(plan.fields, chunk)...)
+		got, err := readIDs(query, text, args, len(chunk))
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, got...)
+	}
+	return ids, nil
+}
+
+func readIDs(query queryFunc, text string, args []any, n int) ([]int64, error) {
+	r, err := query(text, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	ids := make([]int64, 0, n)
+	for r.Next() {
+		var id int64
+		if err := r.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, r.Err()
+}
+
+// columnArrays turns rows into one slice per field, of the field's type.
+func columnArrays[T any](fields []field, rows []T) []any {
+	out := make([]any, len(fields))
+	for i, f := range fields {
+		s := reflect.MakeSlice(reflect.SliceOf(f.typ), len(rows), len(rows))
+		for r := range rows {
+			s.Index(r).Set(reflect.ValueOf(&rows[r]).Elem().FieldByIndex(f.index))
+		}
+		out[i] = s.Interface()
+	}
+	return out
+}
+
+// rowValues lays rows' fields out row after row.
+func rowValues[T any](fields []field, rows []T) []any {
+	out := make([]any, 0, len(fields)*len(rows))
+	for r := range rows {
+		v := reflect.ValueOf(&rows[r]).Elem()
+		for _, f := range fields {
+			out = append(out, v.FieldByIndex(f.index).Interface())
+		}
+	}
+	return out
+}
+
+// batchPlan reads (once per table and row type) the columns a batch writes
+// and, on Postgres, their types for the arrays.
+func (b *Broker) batchPlan(ctx context.Context, catalog dialect.Querier, table string, s *shape, grouped bool) (batchPlan, error) {
+	key := fmt.Sprintf("%s\x00%s\x00%t", table, s.typ, grouped)
+	if p, ok := b.batches.Load(key); ok {
+		return p.(batchPlan), nil
+	}
+	tm, err := b.times(ctx, catalog, table, s)
+	if err != nil {
+		return batchPlan{}, err
+	}
+	types := map[string]string{}
+	if b.d.Kind == dialect.Postgres {
+		cols, err := b.d.Columns(ctx, catalog, table)
+		if err != nil {
+			return batchPlan{}, fmt.Errorf("inbox: %w", err)
+		}
+		for _, c := range cols {
+			types[c.Name] = c.Type
+		}
+	}
+	p := batchPlan{times: tm, batch: dialect.Batch{
+		Table:       dialect.Quote(table),
+		LockedUntil: dialect.Quote(s.column(RoleLockedUntil)),
+		Returning:   []string{dialect.Quote(s.column(RoleID))},
+		Notify:      b.listener != nil,
+	}}
+	for _, f := range insertColumns(s) {
+		if b.d.Kind == dialect.Postgres && types[f.column] == "" {
+			return batchPlan{}, &TableError{Table: table, Column: f.column, Problem: "is missing (or the table is)",
+				Fix: fmt.Sprintf("migrations.Apply(ctx, db, %q), or add the column", table)}
+		}
+		if f.role == RoleGroup && grouped {
+			p.batch.Group, p.batch.GroupType = dialect.Quote(f.column), types[f.column]
+			continue
+		}
+		p.fields = append(p.fields, f)
+		p.batch.Columns = append(p.batch.Columns, dialect.Quote(f.column))
+		p.batch.Types = append(p.batch.Types, types[f.column])
+	}
+	b.batches.Store(key, p)
+	return p, nil
+}

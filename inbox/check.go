@@ -48,6 +48,8 @@ var roleTypes = map[Role]struct {
 	RoleAttempts:    {[]string{"smallint", "integer", "bigint"}, "integer NOT NULL DEFAULT 0", "INTEGER NOT NULL DEFAULT 0"},
 	RoleLastError:   {[]string{"text", "character varying"}, "text", "TEXT"},
 	RoleCreatedAt:   {[]string{"timestamp with time zone", "timestamp without time zone"}, "timestamptz NOT NULL DEFAULT now()", "DATETIME"},
+	RoleKey:         {[]string{"text", "character varying"}, "text", "TEXT"},
+	RolePriority:    {[]string{"smallint", "integer"}, "smallint NOT NULL DEFAULT 0", "INTEGER NOT NULL DEFAULT 0"},
 }
 
 // checkTable reads table's catalog and returns what the claim forms need, or
@@ -104,6 +106,10 @@ func checkTable(ctx context.Context, b *Broker, table string, s *shape, grouped 
 	if grouped && !leads(idx, group) {
 		return claim.Table{}, &TableError{Table: table, Column: group, Problem: "has no index serving a claim of one group",
 			Fix: fmt.Sprintf("CREATE INDEX %s ON %s (%s, %s)", dialect.Quote(bare(table)+"_group_id"), dialect.Quote(table), dialect.Quote(group), dialect.Quote(id))}
+	}
+
+	if err := checkKeyAndPriority(ctx, b, table, s, grouped, idx); err != nil {
+		return claim.Table{}, err
 	}
 
 	t := claim.Table{Unquoted: table, Times: tm}

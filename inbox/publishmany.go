@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -25,6 +26,11 @@ const sqliteBatchRows = 500
 // subscriptions are woken once, and with ListenNotify one notification is
 // sent for the batch.
 //
+// On a table with keys (RoleKey), a row whose key is already queued, or
+// given earlier in rows, is not written: its place among the ids holds the
+// queued row's id, and the error beside the ids is a *DuplicateError
+// (errors.Is(err, ErrDuplicate)); the other rows are written all the same.
+//
 // Generated ids are returned in the order the database gave them out,
 // which is the rows' order: a table whose generated ids do not rise with
 // each insert (a sequence with a negative step) gets them sorted.
@@ -37,11 +43,11 @@ func PublishMany[T any](ctx context.Context, b *Broker, q Queue[T], rows []T, op
 	}
 	ids, err := publishManyDB(ctx, b, q, rows, opts)
 	b.writer.Unlock()
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrDuplicate) {
 		return nil, err
 	}
 	b.hub.Wake(q.table, q.group)
-	return ids, nil
+	return ids, err
 }
 
 func publishManyDB[T any](ctx context.Context, b *Broker, q Queue[T], rows []T, opts []PublishOption) ([]int64, error) {
@@ -54,14 +60,14 @@ func publishManyDB[T any](ctx context.Context, b *Broker, q Queue[T], rows []T, 
 		return nil, fmt.Errorf("inbox: publish many to %q: begin: %w", q.table, err)
 	}
 	ids, err := publishMany(ctx, b, tx, q, rows, opts, true, sqlQuery(ctx, tx))
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrDuplicate) {
 		tx.Rollback()
 		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("inbox: publish many to %q: commit: %w", q.table, err)
 	}
-	return ids, nil
+	return ids, err
 }
 
 // PublishManyTx is PublishMany inside the caller's transaction (a *sql.Tx,
@@ -90,11 +96,11 @@ func PublishManyTx[T any](ctx context.Context, b *Broker, tx any, q Queue[T], ro
 		return nil, fmt.Errorf("inbox: PublishManyTx takes a *sql.Tx, *sqlx.Tx or pgx.Tx, got %T", tx)
 	}
 	ids, err := publishMany(ctx, b, catalog, q, rows, opts, false, query)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrDuplicate) {
 		return nil, err
 	}
 	b.hub.Wake(q.table, q.group)
-	return ids, nil
+	return ids, err
 }
 
 // rowsIter is what a batch reads back: *sql.Rows or pgx.Rows.
@@ -165,15 +171,27 @@ func publishMany[T any](ctx context.Context, b *Broker, catalog dialect.Querier,
 	if plan.batch.Group != "" {
 		fixed = append(fixed, q.group)
 	}
-	var ids []int64
+	var ids []returned
 	if b.d.Kind == dialect.Postgres {
 		args := append(fixed, columnArrays(plan.fields, rows)...)
-		ids, err = readIDs(query, b.d.PublishMany(plan.batch, plan.times, len(rows)), args, len(rows))
+		ids, err = readIDs(query, b.d.PublishMany(plan.batch, plan.times, len(rows)), args, len(rows), plan.batch.Key != "")
 	} else {
 		ids, err = publishChunks(b.d, plan, rows, fixed, query)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("inbox: publish many to %q: %w", q.table, err)
+	}
+	if plan.batch.Key != "" {
+		return keyedIDs(b.d, q.table, q.shape, rows, ids, query)
+	}
+	return orderedIDs(q, rows, ids)
+}
+
+// orderedIDs puts the ids of a batch without keys in the rows' order.
+func orderedIDs[T any](q Queue[T], rows []T, got []returned) ([]int64, error) {
+	ids := make([]int64, len(got))
+	for i, r := range got {
+		ids[i] = r.id
 	}
 	if len(ids) != len(rows) {
 		return nil, fmt.Errorf("inbox: publish many to %q: %d rows written of %d", q.table, len(ids), len(rows))
@@ -191,9 +209,9 @@ func publishMany[T any](ctx context.Context, b *Broker, catalog dialect.Querier,
 
 // publishChunks writes rows on SQLite, as many a statement as its
 // parameters allow, each full chunk by one prepared statement.
-func publishChunks[T any](d *dialect.Dialect, plan batchPlan, rows []T, fixed []any, query queryFunc) ([]int64, error) {
+func publishChunks[T any](d *dialect.Dialect, plan batchPlan, rows []T, fixed []any, query queryFunc) ([]returned, error) {
 	per := max(1, min(sqliteBatchRows, (dialect.MaxParams-len(fixed))/max(1, len(plan.fields))))
-	ids := make([]int64, 0, len(rows))
+	ids := make([]returned, 0, len(rows))
 	var full string
 	for start := 0; start < len(rows); start += per {
 		chunk := rows[start:min(start+per, len(rows))]
@@ -205,7 +223,7 @@ func publishChunks[T any](d *dialect.Dialect, plan batchPlan, rows []T, fixed []
 			}
 		}
 		args := append(slices.Clip(fixed), rowValues(plan.fields, chunk)...)
-		got, err := readIDs(query, text, args, len(chunk))
+		got, err := readIDs(query, text, args, len(chunk), plan.batch.Key != "")
 		if err != nil {
 			return nil, err
 		}
@@ -214,19 +232,30 @@ func publishChunks[T any](d *dialect.Dialect, plan batchPlan, rows []T, fixed []
 	return ids, nil
 }
 
-func readIDs(query queryFunc, text string, args []any, n int) ([]int64, error) {
+// returned is a row a batch wrote: its id, and its key where the table
+// has keys.
+type returned struct {
+	id  int64
+	key sql.NullString
+}
+
+func readIDs(query queryFunc, text string, args []any, n int, keyed bool) ([]returned, error) {
 	r, err := query(text, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	ids := make([]int64, 0, n)
+	ids := make([]returned, 0, n)
 	for r.Next() {
-		var id int64
-		if err := r.Scan(&id); err != nil {
+		var x returned
+		dest := []any{&x.id}
+		if keyed {
+			dest = append(dest, &x.key)
+		}
+		if err := r.Scan(dest...); err != nil {
 			return nil, err
 		}
-		ids = append(ids, id)
+		ids = append(ids, x)
 	}
 	return ids, r.Err()
 }
@@ -235,6 +264,16 @@ func readIDs(query queryFunc, text string, args []any, n int) ([]int64, error) {
 func columnArrays[T any](fields []field, rows []T) []any {
 	out := make([]any, len(fields))
 	for i, f := range fields {
+		if f.role == RoleKey {
+			keys := make([]*string, len(rows))
+			for r := range rows {
+				if k, text := keyArg(reflect.ValueOf(&rows[r]).Elem().FieldByIndex(f.index)); k != nil {
+					keys[r] = &text
+				}
+			}
+			out[i] = keys
+			continue
+		}
 		s := reflect.MakeSlice(reflect.SliceOf(f.typ), len(rows), len(rows))
 		for r := range rows {
 			s.Index(r).Set(reflect.ValueOf(&rows[r]).Elem().FieldByIndex(f.index))
@@ -250,6 +289,11 @@ func rowValues[T any](fields []field, rows []T) []any {
 	for r := range rows {
 		v := reflect.ValueOf(&rows[r]).Elem()
 		for _, f := range fields {
+			if f.role == RoleKey {
+				k, _ := keyArg(v.FieldByIndex(f.index))
+				out = append(out, k)
+				continue
+			}
 			out = append(out, v.FieldByIndex(f.index).Interface())
 		}
 	}
@@ -283,6 +327,10 @@ func (b *Broker) batchPlan(ctx context.Context, catalog dialect.Querier, table s
 		Returning:   []string{dialect.Quote(s.column(RoleID))},
 		Notify:      b.listener != nil,
 	}}
+	if k := s.column(RoleKey); k != "" {
+		p.batch.Key = dialect.Quote(k)
+		p.batch.Returning = append(p.batch.Returning, p.batch.Key)
+	}
 	for _, f := range insertColumns(s) {
 		if b.d.Kind == dialect.Postgres && types[f.column] == "" {
 			return batchPlan{}, &TableError{Table: table, Column: f.column, Problem: "is missing (or the table is)",

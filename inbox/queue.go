@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -125,6 +126,9 @@ func Publish[T any](ctx context.Context, b *Broker, q Queue[T], row T, opts ...P
 	})
 	b.writer.Unlock()
 	if err != nil {
+		if errors.Is(err, ErrDuplicate) {
+			return id, err
+		}
 		return 0, err
 	}
 	b.hub.Wake(q.table, q.group)
@@ -158,6 +162,9 @@ func PublishTx[T any](ctx context.Context, b *Broker, tx any, q Queue[T], row T,
 	// the notification, delivered at commit, is the wake that finds the row.
 	id, err := publish(ctx, b, catalog, q, row, opts, false, func(query string, args ...any) scanner { return queryRow(query, args...) })
 	if err != nil {
+		if errors.Is(err, ErrDuplicate) {
+			return id, err
+		}
 		return 0, err
 	}
 	b.hub.Wake(q.table, q.group)
@@ -192,6 +199,11 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 			args = append(args, q.group)
 			continue
 		}
+		if f.role == RoleKey {
+			k, _ := keyArg(v.FieldByIndex(f.index))
+			args = append(args, k)
+			continue
+		}
 		args = append(args, v.FieldByIndex(f.index).Interface())
 	}
 	offset, at := cfg.lockedUntil(tm, b.clock.Now())
@@ -207,6 +219,9 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 			payload = b.hub.Stamp(q.group)
 		}
 		args = append(args, q.table, payload)
+	}
+	if q.shape.column(RoleKey) != "" {
+		return publishKeyed(b.d, q.table, q.shape, v, query, args, func(query string, args ...any) scanner { return queryRow(query, args...) })
 	}
 	var id int64
 	if err := queryRow(query, args...).Scan(&id); err != nil {
@@ -298,8 +313,8 @@ func insertStatement(d *dialect.Dialect, table string, s *shape, tm dialect.Time
 	if tm.InDatabase {
 		n++
 	}
-	insert := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) RETURNING %s",
-		dialect.Quote(table), strings.Join(cols, ", "), strings.Join(params, ", "), dialect.Quote(s.column(RoleID)))
+	insert := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s)%s RETURNING %s",
+		dialect.Quote(table), strings.Join(cols, ", "), strings.Join(params, ", "), conflictClause(s), dialect.Quote(s.column(RoleID)))
 	if notify {
 		n++
 		insert = fmt.Sprintf("WITH ins AS (%s) SELECT ins.%s FROM ins, (SELECT pg_notify($%d, $%d)) AS n",

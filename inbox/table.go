@@ -25,9 +25,15 @@ const (
 	RoleAttempts    Role = "attempts"
 	RoleLastError   Role = "last_error"
 	RoleCreatedAt   Role = "created_at"
+	// RoleKey is a text column with a unique index: a publish whose key is
+	// already queued writes nothing (see ErrDuplicate). Empty means no key.
+	RoleKey Role = "key"
+	// RolePriority is a smallint: claims take lower values first, then
+	// lower ids.
+	RolePriority Role = "priority"
 )
 
-var knownRoles = map[Role]bool{RoleID: true, RoleLockedUntil: true, RolePayload: true, RoleGroup: true, RoleAttempts: true, RoleLastError: true, RoleCreatedAt: true}
+var knownRoles = map[Role]bool{RoleID: true, RoleLockedUntil: true, RolePayload: true, RoleGroup: true, RoleAttempts: true, RoleLastError: true, RoleCreatedAt: true, RoleKey: true, RolePriority: true}
 
 // field is one tagged field of the user's struct.
 type field struct {
@@ -77,7 +83,7 @@ func shapeOf(t reflect.Type) (*shape, error) {
 			parts := strings.Split(tag, ",")
 			f.role = Role(strings.TrimSpace(parts[0]))
 			if !knownRoles[f.role] {
-				return nil, fmt.Errorf("inbox: %v.%s: unknown role %q in inbox tag; roles are id, locked_until, payload, group, attempts, last_error, created_at", t, fi.Field.Name, parts[0])
+				return nil, fmt.Errorf("inbox: %v.%s: unknown role %q in inbox tag; roles are id, locked_until, payload, group, attempts, last_error, created_at, key, priority", t, fi.Field.Name, parts[0])
 			}
 			for _, opt := range parts[1:] {
 				switch strings.TrimSpace(opt) {

@@ -1,0 +1,234 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// ErrDuplicate is matched (errors.Is) by the error of a publish whose key
+// is already queued: nothing was written, and the id Publish returns is the
+// queued row's. Use errors.As with *DuplicateError for the key.
+var ErrDuplicate = errors.New("a row with this key is already queued")
+
+// DuplicateError says which keys of a publish were already queued. Publish
+// returns it with the queued row's id; PublishMany returns it beside every
+// id (the queued rows' in the places of the duplicates) once the other
+// rows are written.
+type DuplicateError struct {
+	Table string
+	Keys  []string
+	IDs   []int64 // the queued rows' ids, one per key
+}
+
+func (e *DuplicateError) Error() string {
+	if len(e.Keys) == 1 {
+		return fmt.Sprintf("inbox: publish to %q: key %q is already queued as row %d: nothing written", e.Table, e.Keys[0], e.IDs[0])
+	}
+	return fmt.Sprintf("inbox: publish to %q: %d keys already queued (first %q, row %d): those rows not written", e.Table, len(e.Keys), e.Keys[0], e.IDs[0])
+}
+
+// Is makes errors.Is(err, ErrDuplicate) hold.
+func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
+
+// keyArg is the parameter of a key field: its text, or nil (NULL, no key)
+// for an empty string, a nil pointer or an invalid sql.NullString.
+func keyArg(v reflect.Value) (any, string) {
+	switch k := v.Interface().(type) {
+	case string:
+		if k != "" {
+			return k, k
+		}
+	case *string:
+		if k != nil {
+			return *k, *k
+		}
+	case sql.NullString:
+		if k.Valid {
+			return k.String, k.String
+		}
+	default:
+		if v.Kind() == reflect.String && v.String() != "" {
+			return v.String(), v.String()
+		}
+	}
+	return nil, ""
+}
+
+func noRows(err error) bool { return errors.Is(err, sql.ErrNoRows) || errors.Is(err, pgx.ErrNoRows) }
+
+// conflictClause is the ON CONFLICT of a table with keys.
+func conflictClause(s *shape) string {
+	if k := s.column(RoleKey); k != "" {
+		return fmt.Sprintf(" ON CONFLICT (%s) DO NOTHING", dialect.Quote(k))
+	}
+	return ""
+}
+
+// byKeySQL looks a queued row up by its key: $1 the key.
+func byKeySQL(d *dialect.Dialect, table string, s *shape) string {
+	return d.Rebind(fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1", dialect.Quote(s.column(RoleID)), dialect.Quote(table), dialect.Quote(s.column(RoleKey))))
+}
+
+// checkKeyAndPriority asks for the indexes a key and a priority need.
+func checkKeyAndPriority(ctx context.Context, b *Broker, table string, s *shape, grouped bool, idx []dialect.Index) error {
+	if k := s.column(RoleKey); k != "" {
+		ok, err := b.d.UniqueOn(ctx, b.db, table, k)
+		if err != nil {
+			return fmt.Errorf("inbox: table %q: %w", table, err)
+		}
+		if !ok {
+			return &TableError{Table: table, Column: k, Problem: "has no unique index of its own (a key names at most one queued row, and ON CONFLICT needs the index)",
+				Fix: fmt.Sprintf("CREATE UNIQUE INDEX %s ON %s (%s)", dialect.Quote(bare(table)+"_"+k), dialect.Quote(table), dialect.Quote(k))}
+		}
+	}
+	if p := s.column(RolePriority); p != "" {
+		want := []string{p, s.column(RoleID)}
+		if grouped {
+			want = append([]string{s.column(RoleGroup)}, want...)
+		}
+		if !hasIndex(idx, want) {
+			quoted := make([]string, len(want))
+			for i, c := range want {
+				quoted[i] = dialect.Quote(c)
+			}
+			return &TableError{Table: table, Column: p, Problem: fmt.Sprintf("has no index on (%s) (claims walk rows by priority, then id)", strings.Join(want, ", ")),
+				Fix: fmt.Sprintf("CREATE INDEX %s ON %s (%s)", dialect.Quote(bare(table)+"_"+strings.Join(want, "_")), dialect.Quote(table), strings.Join(quoted, ", "))}
+		}
+	}
+	return nil
+}
+
+// hasIndex reports whether an index starts with cols, in order.
+func hasIndex(idx []dialect.Index, cols []string) bool {
+	for _, ix := range idx {
+		if len(ix.Columns) >= len(cols) && slices.Equal(ix.Columns[:len(cols)], cols) {
+			return true
+		}
+	}
+	return false
+}
+
+// publishKeyed runs a keyed publish's insert; when its key is queued
+// already it returns the queued row's id with a *DuplicateError. A queued
+// row acked between the insert and the look-up frees the key: the insert is
+// tried again.
+func publishKeyed(d *dialect.Dialect, table string, s *shape, row reflect.Value, query string, args []any, queryRow func(string, ...any) scanner) (int64, error) {
+	keyParam, key := keyArg(row.FieldByIndex(s.byRole[RoleKey].index))
+	for range 3 {
+		var id int64
+		err := queryRow(query, args...).Scan(&id)
+		if err == nil {
+			return id, nil
+		}
+		if keyParam == nil || !noRows(err) {
+			return 0, fmt.Errorf("inbox: publish to %q: %w", table, err)
+		}
+		err = queryRow(byKeySQL(d, table, s), key).Scan(&id)
+		if err == nil {
+			return id, &DuplicateError{Table: table, Keys: []string{key}, IDs: []int64{id}}
+		}
+		if !noRows(err) {
+			return 0, fmt.Errorf("inbox: publish to %q: look up the row of key %q: %w", table, key, err)
+		}
+	}
+	return 0, fmt.Errorf("inbox: publish to %q: key %q conflicted three times with a row gone before it could be read", table, key)
+}
+
+// keyedIDs puts the ids of a batch into the rows' order on a table with
+// keys: a keyed row by its key (the row written, or the one queued before,
+// read back by key), a row without a key by the order of the generated
+// ids. Rows whose key was queued (before, or earlier in the batch) come
+// back with a *DuplicateError beside the ids.
+func keyedIDs[T any](d *dialect.Dialect, table string, s *shape, rows []T, got []returned, query queryFunc) ([]int64, error) {
+	byKey := map[string]int64{}
+	var plain []int64
+	for _, r := range got {
+		if r.key.Valid {
+			byKey[r.key.String] = r.id
+		} else {
+			plain = append(plain, r.id)
+		}
+	}
+	slices.Sort(plain)
+	idField, keyField := s.byRole[RoleID], s.byRole[RoleKey]
+	ids := make([]int64, len(rows))
+	written := map[string]bool{}
+	var dups []string
+	var dupAt []int
+	for i := range rows {
+		v := reflect.ValueOf(&rows[i]).Elem()
+		k, key := keyArg(v.FieldByIndex(keyField.index))
+		switch {
+		case k == nil && idField.generated:
+			if len(plain) == 0 {
+				return nil, fmt.Errorf("inbox: publish many to %q: fewer rows without a key written than given", table)
+			}
+			ids[i], plain = plain[0], plain[1:]
+		case k == nil:
+			ids[i] = v.FieldByIndex(idField.index).Int()
+		default:
+			id, ok := byKey[key]
+			if ok && !written[key] {
+				ids[i], written[key] = id, true
+				continue
+			}
+			dups, dupAt = append(dups, key), append(dupAt, i)
+		}
+	}
+	if len(dups) == 0 {
+		return ids, nil
+	}
+	queued, err := lookUpKeys(d, table, s, dups, query)
+	if err != nil {
+		return nil, err
+	}
+	e := &DuplicateError{Table: table, Keys: dups}
+	for j, key := range dups {
+		id, ok := byKey[key]
+		if !ok {
+			if id, ok = queued[key]; !ok {
+				return nil, fmt.Errorf("inbox: publish many to %q: key %q was queued but its row is gone: publish it again", table, key)
+			}
+		}
+		ids[dupAt[j]] = id
+		e.IDs = append(e.IDs, id)
+	}
+	return ids, e
+}
+
+// lookUpKeys reads the ids of the queued rows of keys.
+func lookUpKeys(d *dialect.Dialect, table string, s *shape, keys []string, query queryFunc) (map[string]int64, error) {
+	var arg any = keys
+	if d.Kind == dialect.SQLite {
+		b, err := json.Marshal(keys)
+		if err != nil {
+			return nil, err
+		}
+		arg = string(b)
+	}
+	r, err := query(d.ByKey(dialect.Quote(table), dialect.Quote(s.column(RoleID)), dialect.Quote(s.column(RoleKey))), arg)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: publish many to %q: look up queued keys: %w", table, err)
+	}
+	defer r.Close()
+	out := map[string]int64{}
+	for r.Next() {
+		var id int64
+		var key string
+		if err := r.Scan(&id, &key); err != nil {
+			return nil, err
+		}
+		out[key] = id
+	}
+	return out, r.Err()
+}

@@ -68,10 +68,11 @@ func Example_everyWorker() {
 		instances = append(instances, s)
 	}
 
-	// Each instance arms a heartbeat timer and a moment timer; then the
+	// Each instance arms four timers (heartbeat, sweep for shares to take
+	// over, renewal of running shares' leases, and the moment); then the
 	// clock moves to the first moment, within the heartbeats' lifetime
 	// (DefaultHeartbeatTTL), as a real clock would.
-	if err := clk.WaitTimers(ctx, 2*len(instances)); err != nil {
+	if err := clk.WaitTimers(ctx, 4*len(instances)); err != nil {
 		panic(err)
 	}
 	clk.Advance(10 * time.Second)

@@ -22,11 +22,13 @@ import (
 // shared and noisy.
 const wait = 30 * time.Second
 
-// Moments come every minute; heartbeats every minute and last five, so a
-// dead instance drops out within five moments.
+// Moments come every minute; heartbeats every two minutes and last five, so
+// a dead instance drops out within five moments. A share's lease is a
+// heartbeat, renewed every 40 s: longer than the clock's one-minute steps,
+// so a step never lets the lease of a running share end before its renewal.
 const (
 	interval = time.Minute
-	beat     = time.Minute
+	beat     = 2 * time.Minute
 	ttl      = 5 * time.Minute
 )
 
@@ -63,31 +65,7 @@ func eachDatabase(t *testing.T, f func(t *testing.T, open opener)) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
-		base := os.Getenv("POSTGRES_TEST_URL")
-		if base == "" {
-			t.Skip("POSTGRES_TEST_URL is not set: skipping a Postgres test")
-		}
-		ctx := context.Background()
-		admin, _, err := dialect.Open(base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		schema := "sched_" + randomName()
-		if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-			admin.Close()
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if _, err := admin.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-				t.Errorf("drop schema %s: %v", schema, err)
-			}
-			admin.Close()
-		})
-		sep := "?"
-		if strings.Contains(base, "?") {
-			sep = "&"
-		}
-		url := base + sep + "search_path=" + schema
+		url := postgresURL(t)
 		open := func(t *testing.T) *sql.DB {
 			db, _, err := dialect.Open(url)
 			if err != nil {
@@ -96,11 +74,41 @@ func eachDatabase(t *testing.T, f func(t *testing.T, open opener)) {
 			t.Cleanup(func() { db.Close() })
 			return db
 		}
-		if err := migrations.ApplySchedules(ctx, open(t)); err != nil {
+		if err := migrations.ApplySchedules(context.Background(), open(t)); err != nil {
 			t.Fatal(err)
 		}
 		f(t, open)
 	})
+}
+
+// postgresURL makes a schema of the test's own on POSTGRES_TEST_URL, dropped
+// at its end, and returns a URL whose search_path is that schema.
+func postgresURL(t *testing.T) string {
+	base := os.Getenv("POSTGRES_TEST_URL")
+	if base == "" {
+		t.Skip("POSTGRES_TEST_URL is not set: skipping a Postgres test")
+	}
+	ctx := context.Background()
+	admin, _, err := dialect.Open(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := "sched_" + randomName()
+	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+		admin.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := admin.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+		admin.Close()
+	})
+	sep := "?"
+	if strings.Contains(base, "?") {
+		sep = "&"
+	}
+	return base + sep + "search_path=" + schema
 }
 
 // cluster is a set of instances sharing one database and one fake clock.
@@ -110,7 +118,7 @@ type cluster struct {
 	clk  *clock.Fake
 	runs chan schedule.Run
 	// timers counts the clock timers the running instances keep armed
-	// between moments: one heartbeat and one per schedule.
+	// between moments: heartbeat, sweep, renewal, and one per schedule.
 	timers int
 	live   map[string]*schedule.Scheduler
 	log    *syncBuffer
@@ -151,7 +159,7 @@ func (c *cluster) start(name string, workers int, add func(s *schedule.Scheduler
 		defer cancel()
 		s.Stop(ctx)
 	})
-	c.timers += 2
+	c.timers += 4
 	c.live[name] = s
 	return s
 }
@@ -165,14 +173,14 @@ func (c *cluster) stop(name string) {
 		c.t.Fatal(err)
 	}
 	delete(c.live, name)
-	c.timers -= 2
+	c.timers -= 4
 }
 
 // crash ends instance name without leaving.
 func (c *cluster) crash(name string) {
 	schedule.Crash(c.live[name])
 	delete(c.live, name)
-	c.timers -= 2
+	c.timers -= 4
 }
 
 // armed waits until every instance has handled the last moment and armed

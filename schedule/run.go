@@ -2,11 +2,9 @@ package schedule
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -24,10 +22,11 @@ type member struct {
 // the latest passed one before it gives up and waits for the next.
 const maxCatchUp = 10000
 
-// Start writes this instance's heartbeats for every schedule, so that a
-// moment that comes after Start returns includes this instance, then starts
-// the heartbeat and moment loops. ctx bounds the registration only; the
-// Scheduler runs until Stop.
+// Start takes this instance's name (refused with ErrDuplicateInstance while
+// another live scheduler holds it) and writes its heartbeats for every
+// schedule, so that a moment that comes after Start returns includes this
+// instance, then starts the heartbeat, sweep and moment loops. ctx bounds
+// the registration only; the Scheduler runs until Stop.
 func (s *Scheduler) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -35,25 +34,35 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		return errors.New("schedule: Start called twice, or after Stop")
 	}
 	if err := s.beatOnce(ctx); err != nil {
+		if errors.Is(err, ErrDuplicateInstance) {
+			return err
+		}
 		return fmt.Errorf("schedule: instance %q: register heartbeats (did migrations.ApplySchedules run?): %w", s.name, err)
 	}
 	s.state = 1
 	loopCtx, stopLoops := context.WithCancel(context.Background())
 	runsCtx, stopRuns := context.WithCancel(context.Background())
-	s.stopLoops, s.stopRuns, s.runsCtx = stopLoops, stopRuns, runsCtx
-	s.loops.Add(1 + len(s.entries))
+	renewCtx, stopRenew := context.WithCancel(context.Background())
+	s.stopLoops, s.stopRuns, s.stopRenew, s.runsCtx = stopLoops, stopRuns, stopRenew, runsCtx
+	s.renewDone = make(chan struct{})
+	s.loops.Add(2 + len(s.entries))
 	go s.heartbeats(loopCtx)
+	go s.sweeps(loopCtx)
+	go s.renewals(renewCtx)
 	for _, e := range s.entries {
 		go s.loop(loopCtx, e)
 	}
 	return nil
 }
 
-// Stop ends the instance's part in every schedule: no moment fires after it
-// begins, its heartbeats are deleted at once (so the next moment leaves it
-// out), then it waits for running handlers to return. When ctx ends first, it
-// cancels the handlers' contexts and returns ctx's error without waiting
-// further. Stop on a Scheduler that never started does nothing.
+// Stop ends the instance's part in every schedule: no moment fires or share
+// is taken over after it begins, its heartbeats are deleted at once (so the
+// next moment leaves it out), then it waits for running handlers to return,
+// renewing their shares' leases meanwhile. When ctx ends first, it cancels
+// the handlers' contexts and returns ctx's error without waiting further;
+// the share of a handler that then returns an error is handed back, for
+// another instance to run at its next sweep. Stop on a Scheduler that never
+// started does nothing.
 func (s *Scheduler) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if s.state != 1 {
@@ -71,6 +80,9 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 	// this instance in every membership until its heartbeat expires.
 	leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ttl)
 	_, leaveErr := s.db.ExecContext(leaveCtx, s.sql.Leave, s.name)
+	if leaveErr == nil {
+		_, leaveErr = s.db.ExecContext(leaveCtx, s.sql.Unhold, s.name, s.token)
+	}
 	cancel()
 	if leaveErr != nil {
 		leaveErr = fmt.Errorf("schedule: instance %q: delete heartbeats: %w", s.name, leaveErr)
@@ -81,30 +93,49 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 	select {
 	case <-done:
 		s.stopRuns()
+		s.stopRenew()
+		<-s.renewDone
 		return leaveErr
 	case <-ctx.Done():
 		s.stopRuns()
+		s.stopRenew()
+		<-s.renewDone
 		return errors.Join(leaveErr, fmt.Errorf("schedule: instance %q: stop: runs still busy: %w", s.name, ctx.Err()))
 	}
 }
 
-// crash ends the loops without leaving, as a dead process would: tests use it.
+// crash ends the loops without leaving and leaves every share as it is, as
+// a dead process would: tests use it.
 func (s *Scheduler) crash() {
 	s.mu.Lock()
 	started := s.state == 1
 	s.state = 2
 	s.mu.Unlock()
 	if started {
+		s.crashed.Store(true)
 		s.stopLoops()
 		s.loops.Wait()
+		s.stopRenew()
+		<-s.renewDone
 		s.stopRuns()
 		s.runs.Wait()
 	}
 }
 
-// beatOnce renews the heartbeat of every schedule of this instance.
+// beatOnce renews this instance's hold on its name and the heartbeat of
+// every schedule of this instance.
 func (s *Scheduler) beatOnce(ctx context.Context) error {
 	now := s.clk.Now()
+	res, err := s.db.ExecContext(ctx, s.sql.Hold, s.name, s.token, s.times.Arg(now, s.ttl), s.times.Arg(now, 0))
+	if err != nil {
+		return fmt.Errorf("hold the instance name: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("hold the instance name: %w", err)
+	} else if n == 0 {
+		return fmt.Errorf("%w: instance %q is held by another live scheduler; give each instance its own Config.Instance "+
+			"(a scheduler that died frees its name when its heartbeat expires, within HeartbeatTTL %v)", ErrDuplicateInstance, s.name, s.ttl)
+	}
 	for _, e := range s.entries {
 		if _, err := s.db.ExecContext(ctx, s.sql.Beat, e.name, s.name, e.runners(), s.times.Arg(now, s.ttl)); err != nil {
 			return fmt.Errorf("schedule %q: %w", e.name, err)
@@ -114,7 +145,7 @@ func (s *Scheduler) beatOnce(ctx context.Context) error {
 }
 
 // heartbeats renews this instance's heartbeats every Heartbeat and prunes
-// old moments and long-expired heartbeats.
+// old moments, shares and long-expired heartbeats.
 func (s *Scheduler) heartbeats(ctx context.Context) {
 	defer s.loops.Done()
 	for {
@@ -128,7 +159,10 @@ func (s *Scheduler) heartbeats(ctx context.Context) {
 		// CI: a heartbeat left after Stop). A beat that takes longer than the
 		// heartbeats last would be of no use.
 		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ttl)
-		if err := s.beatOnce(bctx); err != nil {
+		if err := s.beatOnce(bctx); errors.Is(err, ErrDuplicateInstance) {
+			s.log.Error("schedule: another scheduler runs under this instance's name; its runs and this one's are mixed up until one stops",
+				"instance", s.name, "error", err)
+		} else if err != nil {
 			s.log.Warn("schedule: heartbeat failed; this instance drops out of new moments if it keeps failing",
 				"instance", s.name, "error", err)
 		}
@@ -137,8 +171,14 @@ func (s *Scheduler) heartbeats(ctx context.Context) {
 		if _, err := s.db.ExecContext(bctx, s.sql.PruneMoments, s.times.Arg(now, keep)); err != nil {
 			s.log.Warn("schedule: prune old moments failed", "instance", s.name, "error", err)
 		}
+		if _, err := s.db.ExecContext(bctx, s.sql.PruneShares, now.Add(keep).UnixMilli()); err != nil {
+			s.log.Warn("schedule: prune old shares failed", "instance", s.name, "error", err)
+		}
 		if _, err := s.db.ExecContext(bctx, s.sql.PruneBeats, s.times.Arg(now, keep)); err != nil {
 			s.log.Warn("schedule: prune expired heartbeats failed", "instance", s.name, "error", err)
+		}
+		if _, err := s.db.ExecContext(bctx, s.sql.PruneHolds, s.times.Arg(now, keep)); err != nil {
+			s.log.Warn("schedule: prune expired instance holds failed", "instance", s.name, "error", err)
 		}
 		cancel()
 	}
@@ -175,7 +215,7 @@ func (s *Scheduler) loop(ctx context.Context, e *entry) {
 			s.log.Warn("schedule: moment reached too late; skipped",
 				"schedule", e.name, "instance", s.name, "fired_at", m, "late", now.Sub(m))
 		default:
-			if err := s.fire(ctx, e, m); err != nil && ctx.Err() == nil {
+			if err := s.fire(ctx, e, m); err != nil {
 				s.log.Error("schedule: moment not run", "schedule", e.name, "instance", s.name, "fired_at", m, "error", err)
 			}
 		}
@@ -183,16 +223,49 @@ func (s *Scheduler) loop(ctx context.Context, e *entry) {
 	}
 }
 
-// fire takes part in moment at of e: it writes the moment's row unless
-// another instance did first, reads the row, and starts this instance's
-// runs.
+// fire takes part in moment at of e: it writes the moment's row and deals
+// its shares unless another instance did first, then claims the shares
+// dealt to this instance and runs them.
 func (s *Scheduler) fire(ctx context.Context, e *entry, at time.Time) error {
-	if e.skipBusy && e.running.Load() > 0 {
+	skip := e.skipBusy && e.running.Load() > 0
+	if skip && e.placement == One {
+		s.log.Info("schedule: previous run still busy; moment skipped on this instance",
+			"schedule", e.name, "instance", s.name, "fired_at", at)
+		return nil // another instance may win the moment and run it
+	}
+	// As in heartbeats: the statements run to their end when Stop comes
+	// meanwhile, so none commits after Stop returned; shares claimed after
+	// Stop began are handed back, not run.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ttl)
+	defer cancel()
+	if err := s.deal(sctx, e, at); err != nil {
+		return err
+	}
+	if skip {
+		if _, err := s.db.ExecContext(sctx, s.sql.Skip, e.name, at.UnixMilli(), s.name); err != nil {
+			return fmt.Errorf("skip this instance's shares: %w", err)
+		}
 		s.log.Info("schedule: previous run still busy; moment skipped on this instance",
 			"schedule", e.name, "instance", s.name, "fired_at", at)
 		return nil
 	}
-	key := s.times.Encode(at)
+	token := randomToken()
+	runs, err := s.claim(sctx, e, at, s.sql.TakeDealt, s.name, token, s.times.Arg(s.clk.Now(), s.lease), e.name, at.UnixMilli())
+	if err != nil {
+		return fmt.Errorf("claim this instance's shares: %w", err)
+	}
+	if len(runs) == 0 && e.placement != One {
+		s.log.Debug("schedule: no share dealt to this instance (it joined after the moment's membership was written); it takes part from the next moment",
+			"schedule", e.name, "instance", s.name, "fired_at", at)
+	}
+	s.startAll(ctx, e, runs, token)
+	return nil
+}
+
+// deal writes the moment's row with the membership this instance sees and,
+// if that insert wins, the moment's shares, in one transaction: an instance
+// that finds the row finds its shares too.
+func (s *Scheduler) deal(ctx context.Context, e *entry, at time.Time) error {
 	seen, err := s.members(ctx, e)
 	if err != nil {
 		return fmt.Errorf("read heartbeats: %w", err)
@@ -201,67 +274,60 @@ func (s *Scheduler) fire(ctx context.Context, e *entry, at time.Time) error {
 	if err != nil {
 		return err
 	}
-	res, err := s.db.ExecContext(ctx, s.sql.Claim, e.name, key, s.name, string(text))
+	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("write moment: %w", err)
 	}
-	n, err := res.RowsAffected()
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, s.sql.Claim, e.name, s.times.Encode(at), s.name, string(text))
 	if err != nil {
 		return fmt.Errorf("write moment: %w", err)
 	}
-	won := n == 1
-	if !won && e.placement == One {
-		return nil // another instance won the moment and runs it
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("write moment: %w", err)
+	} else if n == 0 {
+		return nil // another instance won the moment and dealt it
 	}
-	members := seen
-	if !won {
-		var writer, stored string
-		err := s.db.QueryRowContext(ctx, s.sql.Moment, e.name, key).Scan(&writer, &stored)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("moment row vanished after a conflicting insert (pruned? clocks far apart?)")
-		}
-		if err != nil {
-			return fmt.Errorf("read moment: %w", err)
-		}
-		members = nil
-		if err := json.Unmarshal([]byte(stored), &members); err != nil {
-			return fmt.Errorf("moment written by %q holds a bad membership %q: %w", writer, stored, err)
-		}
+	args := s.shares(e, at, seen)
+	if _, err := tx.ExecContext(ctx, s.d.DealShares(s.times, len(args)/10), args...); err != nil {
+		return fmt.Errorf("deal the moment's shares: %w", err)
 	}
-
-	instance, offset, total := -1, 0, 0
-	for i, mb := range members {
-		if mb.Instance == s.name {
-			instance = i
-			offset = total
-		}
-		total += mb.Runners
-	}
-	base := Run{Schedule: e.name, FiredAt: at, Instance: instance, Instances: len(members), InstanceName: s.name}
-	switch e.placement {
-	case One:
-		r := base
-		r.Worker, r.Workers, r.Runner, r.Runners = 0, 1, 0, 1
-		s.start(e, r)
-	case EveryInstance, EveryWorker:
-		if instance < 0 {
-			s.log.Debug("schedule: this instance joined after the moment's membership was written; it takes part from the next moment",
-				"schedule", e.name, "instance", s.name, "fired_at", at)
-			return nil
-		}
-		runners := members[instance].Runners
-		for i := range runners {
-			r := base
-			if e.placement == EveryInstance {
-				r.Worker, r.Workers = instance, len(members)
-			} else {
-				r.Worker, r.Workers = offset+i, total
-			}
-			r.Runner, r.Runners = i, runners
-			s.start(e, r)
-		}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("write moment: %w", err)
 	}
 	return nil
+}
+
+// shares are the parameters of DealShares for the moment at of e among
+// members: for each share, where it falls, and a reservation of one lease
+// for the instance it is dealt to.
+func (s *Scheduler) shares(e *entry, at time.Time, members []member) []any {
+	reserve := s.times.Arg(s.clk.Now(), s.lease)
+	var args []any
+	add := func(worker, workers, inst, runner, runners int) {
+		args = append(args, e.name, at.UnixMilli(), worker, workers, members[inst].Instance, inst, len(members), runner, runners, reserve)
+	}
+	switch e.placement {
+	case One:
+		add(0, 1, slices.IndexFunc(members, func(m member) bool { return m.Instance == s.name }), 0, 1)
+	case EveryInstance:
+		for i := range members {
+			add(i, len(members), i, 0, 1)
+		}
+	case EveryWorker:
+		total := 0
+		for _, m := range members {
+			total += m.Runners
+		}
+		offset := 0
+		for i, m := range members {
+			for r := range m.Runners {
+				add(offset+r, total, i, r, m.Runners)
+			}
+			offset += m.Runners
+		}
+	}
+	return args
 }
 
 // members reads the live instances of e's schedule, ordered by name, with
@@ -296,29 +362,25 @@ func (s *Scheduler) members(ctx context.Context, e *entry) ([]member, error) {
 	return out, nil
 }
 
-// start runs one share in its own goroutine.
-func (s *Scheduler) start(e *entry, r Run) {
-	s.runs.Add(1)
-	e.running.Add(1)
-	go func() {
-		defer s.runs.Done()
-		defer e.running.Add(-1)
-		s.call(e, r)
-	}()
-}
-
-// call runs the handler, logging its error or panic with the share.
-func (s *Scheduler) call(e *entry, r Run) {
-	attrs := func(extra ...any) []any {
-		return append([]any{"schedule", r.Schedule, "fired_at", r.FiredAt, "worker", r.Worker, "workers", r.Workers,
-			"instance", s.name, "instance_index", r.Instance, "instances", r.Instances, "runner", r.Runner, "runners", r.Runners}, extra...)
+// claim runs TakeDealt or TakeOver and reads the shares it claimed as runs
+// of the moment at.
+func (s *Scheduler) claim(ctx context.Context, e *entry, at time.Time, stmt string, args ...any) ([]Run, error) {
+	rows, err := s.db.QueryContext(ctx, stmt, args...)
+	if err != nil {
+		return nil, err
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			s.log.Error("schedule: handler panicked", attrs("panic", fmt.Sprint(p), "stack", string(debug.Stack()))...)
+	defer rows.Close()
+	var runs []Run
+	for rows.Next() {
+		r := Run{Schedule: e.name, FiredAt: at, InstanceName: s.name}
+		if err := rows.Scan(&r.Worker, &r.Workers, &r.DealtTo, &r.Instance, &r.Instances, &r.Runner, &r.Runners); err != nil {
+			return nil, err
 		}
-	}()
-	if err := e.handler(s.runsCtx, r); err != nil {
-		s.log.Error("schedule: handler failed", attrs("error", err)...)
+		runs = append(runs, r)
 	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(runs, func(a, b Run) int { return a.Worker - b.Worker })
+	return runs, nil
 }

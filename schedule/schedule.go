@@ -4,8 +4,12 @@
 //
 // Each instance makes a Scheduler over its pool, adds its schedules and
 // starts. For every moment of a schedule, the first instance to reach it
-// writes one row holding the membership it saw in the heartbeats table; every
-// instance reads that row, so every run of the moment agrees on its share:
+// writes one row holding the membership it saw in the heartbeats table and
+// deals the moment's shares as rows, one per run, so every run of the moment
+// agrees on its share. Each instance claims the shares dealt to it under a
+// lease, renews it while the handler runs and deletes the share when the
+// handler returns; a share whose lease runs out (its instance died) is taken
+// over by another live instance within about a heartbeat:
 //
 //	s, err := schedule.New(db, schedule.Config{})
 //	err = s.Add("pack_orders", schedule.Every(10*time.Second), schedule.EveryWorker,
@@ -67,26 +71,39 @@ func (p Placement) String() string {
 	return fmt.Sprintf("Placement(%d)", int(p))
 }
 
-// Run is what one run of a moment knows. Worker and Workers make a share:
-// a run keeps the items whose number modulo Workers is Worker (see Owns),
-// and the runs of a moment cover every item exactly once.
+// Run is what one run of a moment knows. Each moment is dealt in shares,
+// one per run: Worker and Workers name a share, and a run keeps the items
+// whose number modulo Workers is Worker (see Owns), so the runs of a moment
+// cover every item exactly once. A share is dealt to one instance of the
+// moment's membership; when that instance dies before its share is done,
+// another live instance takes the share over and runs it with the same
+// Worker, Workers, Instance, Runner and FiredAt (InstanceName then differs
+// from DealtTo).
 type Run struct {
 	// Schedule is the schedule's name.
 	Schedule string
 	// FiredAt is the moment, computed from the spec: identical in every run
 	// of the moment on every instance, never read from a clock at fire time.
+	// It is in the cron's zone for Cron, in UTC for Every.
 	FiredAt time.Time
-	// Worker is this run's index from zero among all runs of the moment on
-	// every instance; Workers is their count. With One, 0 and 1.
+	// Worker is this share's index from zero among all shares of the moment
+	// on every instance; Workers is their count. With One, 0 and 1.
 	Worker, Workers int
-	// Instance is this instance's index from zero in the moment's membership
-	// (ordered by instance name); Instances is the membership's size.
+	// Instance is the index from zero, in the moment's membership (ordered
+	// by instance name), of the instance the share was dealt to (DealtTo);
+	// Instances is the membership's size.
 	Instance, Instances int
-	// Runner is this run's index from zero among the runs of the moment on
-	// this instance; Runners is their count (1 unless EveryWorker).
+	// Runner is the share's index from zero among the shares dealt to its
+	// instance; Runners is their count (1 unless EveryWorker).
 	Runner, Runners int
-	// InstanceName is the name of this instance (Config.Instance).
+	// InstanceName is the name of the instance running this share: this
+	// one (Config.Instance).
 	InstanceName string
+	// DealtTo is the name of the instance the share was dealt to. It
+	// differs from InstanceName when this instance took the share over
+	// because its lease ran out: the instance it was dealt to died, stopped
+	// or lost the database before the share was done.
+	DealtTo string
 }
 
 // Owns reports whether item n belongs to this run's share: n modulo Workers
@@ -102,9 +119,11 @@ func (r Run) Owns(n int64) bool {
 	return m == int64(r.Worker)
 }
 
-// Handler runs one share of a moment. Its context is cancelled when Stop
-// returns: at once if Stop's context ends while the handler is still busy. A returned error or a panic is
-// logged with the schedule, the moment and the share; later moments still
+// Handler runs one share of a moment. Its context is cancelled when Stop's
+// context ends while the handler is still busy, and when the share's lease
+// is lost (context.Cause is then ErrShareLost): another instance may run
+// the share now. A returned error or a panic is logged with the schedule,
+// the moment and the share, and the share counts as run; later moments still
 // run.
 type Handler func(ctx context.Context, r Run) error
 
@@ -121,11 +140,18 @@ func SkipWhileBusy() Option {
 }
 
 // Workers sets how many runs an EveryWorker schedule has on this instance
-// per moment, overriding Config.Workers. n must be at least 1.
+// per moment, overriding Config.Workers. n must be at least 1; Add refuses
+// it on the other placements, which have one run a moment per instance or in
+// all.
 func Workers(n int) Option {
 	return func(e *entry) error {
-		if n < 1 {
+		switch {
+		case n < 1:
 			return fmt.Errorf("Workers(%d): must be at least 1", n)
+		case e.placement == One:
+			return fmt.Errorf("Workers(%d) is for EveryWorker schedules; a One schedule has one run a moment", n)
+		case e.placement == EveryInstance:
+			return fmt.Errorf("Workers(%d) is for EveryWorker schedules; an EveryInstance schedule has one run per instance", n)
 		}
 		e.workers = n
 		return nil
@@ -160,8 +186,12 @@ type Config struct {
 	// clock.Host. With clock.Database, heartbeat expiry is compared with
 	// the database's now().
 	Clock clock.Clock
-	// Heartbeat is how often this instance renews its heartbeats. Zero
-	// means DefaultHeartbeat (5s); negative is refused.
+	// Heartbeat is how often this instance renews its heartbeats. It is
+	// also a share's lease: a share whose runner died is taken over by
+	// another instance between one and one and a third Heartbeats after its
+	// last renewal (running shares are renewed, and orphans looked for,
+	// every third of a Heartbeat). Zero means DefaultHeartbeat (5s);
+	// negative is refused.
 	Heartbeat time.Duration
 	// HeartbeatTTL is how long a heartbeat lasts: an instance that dies
 	// leaves the membership this long after its last heartbeat. Zero means
@@ -172,6 +202,11 @@ type Config struct {
 	// slog.Default().
 	Logger *slog.Logger
 }
+
+// ErrShareLost is the cause of a handler's cancelled context when its
+// share's lease could not be renewed in time (the database was unreachable
+// for a lease) or was taken over: another instance may run the share now.
+var ErrShareLost = errors.New("schedule: the share's lease was lost; another instance may run it")
 
 // ErrConfig marks a configuration or schedule refused by New or Add.
 var ErrConfig = errors.New("schedule: invalid configuration")
@@ -196,11 +231,19 @@ type Scheduler struct {
 	byName  map[string]*entry
 	state   int // 0 new, 1 started, 2 stopped
 
-	stopLoops context.CancelFunc // ends the heartbeat and moment loops
+	token string        // this scheduler's hold on its instance name
+	lease time.Duration // a share's lease: Heartbeat
+
+	stopLoops context.CancelFunc // ends the heartbeat, sweep and moment loops
 	stopRuns  context.CancelFunc // ends the handlers' contexts
+	stopRenew context.CancelFunc // ends the renewal of held shares
 	runsCtx   context.Context
 	loops     sync.WaitGroup
 	runs      sync.WaitGroup
+	renewDone chan struct{}
+	crashed   atomic.Bool // tests: runs that end leave their shares as they are
+	heldMu    sync.Mutex
+	held      map[shareKey]*heldShare
 }
 
 type entry struct {
@@ -211,7 +254,8 @@ type entry struct {
 	handler   Handler
 	skipBusy  bool
 	workers   int
-	running   atomic.Int64 // runs in flight on this instance
+	loc       *time.Location // FiredAt's zone
+	running   atomic.Int64   // runs in flight on this instance
 }
 
 // runners is how many runs this instance has per moment of e.
@@ -243,6 +287,8 @@ func New(db *sql.DB, cfg Config) (*Scheduler, error) {
 		beat:    cfg.Heartbeat,
 		ttl:     cfg.HeartbeatTTL,
 		byName:  map[string]*entry{},
+		token:   randomToken(),
+		held:    map[shareKey]*heldShare{},
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -265,6 +311,7 @@ func New(db *sql.DB, cfg Config) (*Scheduler, error) {
 	if s.ttl == 0 {
 		s.ttl = 4 * s.beat
 	}
+	s.lease = s.beat
 	if s.ttl <= s.beat {
 		return nil, fmt.Errorf("%w: HeartbeatTTL %v must exceed Heartbeat %v, or a live instance would drop out between its heartbeats", ErrConfig, s.ttl, s.beat)
 	}
@@ -300,7 +347,7 @@ func (s *Scheduler) Add(name string, spec Spec, placement Placement, handler Han
 	if handler == nil {
 		return fmt.Errorf("%w: schedule %q: nil handler", ErrConfig, name)
 	}
-	e := &entry{name: name, spec: spec, moments: m, placement: placement, handler: handler, workers: s.workers}
+	e := &entry{name: name, spec: spec, moments: m, placement: placement, handler: handler, workers: s.workers, loc: m.zone()}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -322,6 +369,14 @@ func (s *Scheduler) Add(name string, spec Spec, placement Placement, handler Han
 	return nil
 }
 
+// randomToken is 16 random hex digits: a scheduler's hold on its name, and
+// each claim of shares.
+func randomToken() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 func defaultInstance() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
@@ -331,3 +386,7 @@ func defaultInstance() string {
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
+
+// ErrDuplicateInstance marks a Start refused because another live
+// scheduler already runs under the same Config.Instance.
+var ErrDuplicateInstance = errors.New("schedule: instance name already in use")

@@ -21,12 +21,13 @@ type Spec struct {
 
 // Every fires at every multiple of d counted from the Unix epoch (so
 // Every(time.Hour) fires on the hour on every instance, whenever it started).
-// d must be at least a millisecond, the finest step every database keeps.
+// d must be a whole number of milliseconds, the finest step every database
+// keeps.
 func Every(d time.Duration) Spec { return Spec{every: d, kind: 1} }
 
 // Cron fires on a cron expression read in the time zone zone (an IANA name
-// such as "Europe/Paris"; "" means UTC, never the host's local zone, so that
-// hosts in different zones agree). The expression has five fields (minute,
+// such as "Europe/Paris"; "" means UTC; "Local", the host's zone, is refused,
+// so that hosts in different zones agree). Runs get FiredAt in that zone. The expression has five fields (minute,
 // hour, day of month, month, day of week), or six with a leading seconds
 // field, or is a descriptor such as "@daily" or "@hourly". "@every" is
 // refused: use Every, whose moments are anchored and so shared by all
@@ -52,9 +53,13 @@ type moments interface {
 	// next returns the first moment strictly after t, or the zero time when
 	// there is none.
 	next(t time.Time) time.Time
+	// zone is the location moments are returned in.
+	zone() *time.Location
 }
 
 type every time.Duration
+
+func (every) zone() *time.Location { return time.UTC }
 
 func (e every) next(t time.Time) time.Time {
 	d := time.Duration(e)
@@ -68,14 +73,20 @@ func (e every) next(t time.Time) time.Time {
 	return time.Unix(0, 0).Add((n + 1) * d).UTC()
 }
 
-type cronMoments struct{ s cron.Schedule }
+// cronMoments are the moments of a cron expression, returned in its zone.
+type cronMoments struct {
+	s   cron.Schedule
+	loc *time.Location
+}
+
+func (c cronMoments) zone() *time.Location { return c.loc }
 
 func (c cronMoments) next(t time.Time) time.Time {
 	at := c.s.Next(t)
 	if at.IsZero() {
 		return at
 	}
-	return at.UTC()
+	return at.In(c.loc)
 }
 
 var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
@@ -93,6 +104,9 @@ func (s Spec) compile(now time.Time) (moments, error) {
 		if s.every < time.Millisecond {
 			return nil, fmt.Errorf("%w: interval %v is below a millisecond, the finest step the database keeps", ErrSpec, s.every)
 		}
+		if s.every%time.Millisecond != 0 {
+			return nil, fmt.Errorf("%w: interval %v is not a whole number of milliseconds, the finest step the database keeps", ErrSpec, s.every)
+		}
 		return every(s.every), nil
 	case 2:
 		expr := strings.TrimSpace(s.expr)
@@ -103,6 +117,9 @@ func (s Spec) compile(now time.Time) (moments, error) {
 			return nil, fmt.Errorf("%w: cron %q: @every counts from each instance's start, so instances would not agree on moments; use schedule.Every", ErrSpec, s.expr)
 		}
 		loc := time.UTC
+		if s.zone == "Local" {
+			return nil, fmt.Errorf("%w: time zone \"Local\" is the host's zone, which hosts do not share; name the zone (such as \"Europe/Paris\"), or give \"\" for UTC", ErrSpec)
+		}
 		if s.zone != "" {
 			l, err := time.LoadLocation(s.zone)
 			if err != nil {
@@ -119,7 +136,7 @@ func (s Spec) compile(now time.Time) (moments, error) {
 			return nil, fmt.Errorf("%w: cron %q: unsupported schedule %T", ErrSpec, s.expr, parsed)
 		}
 		spec.Location = loc
-		m := cronMoments{spec}
+		m := cronMoments{s: spec, loc: loc}
 		if m.next(now).IsZero() {
 			return nil, fmt.Errorf("%w: cron %q never fires", ErrSpec, s.expr)
 		}

@@ -37,8 +37,12 @@ func TestCronReadsItsZone(t *testing.T) {
 			t.Fatalf("%s %s: %v", tc.expr, tc.zone, err)
 		}
 		got := m.next(after)
-		if !got.Equal(tc.want) || got.Location() != time.UTC {
-			t.Errorf("cron %q in %q: next = %v, want %v", tc.expr, tc.zone, got, tc.want)
+		zone := tc.zone
+		if zone == "" {
+			zone = "UTC"
+		}
+		if !got.Equal(tc.want) || got.Location().String() != zone {
+			t.Errorf("cron %q in %q: next = %v, want %v in %s", tc.expr, tc.zone, got, tc.want, zone)
 		}
 	}
 }

@@ -61,13 +61,13 @@ func startPacking(t *testing.T, dbURL string) *packing {
 }
 
 // moment moves the clock to the next moment once both instances are ready
-// for it (a heartbeat timer and a moment timer each), and returns the runs
+// for it (heartbeat, sweep, renewal and moment timers each), and returns the runs
 // of the moment, ordered by worker.
 func (p *packing) moment() []Packing {
 	p.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	if err := p.clk.WaitTimers(ctx, 2*len(p.shop.Names)); err != nil {
+	if err := p.clk.WaitTimers(ctx, 4*len(p.shop.Names)); err != nil {
 		p.t.Fatalf("instances not ready for the next moment (%d timers armed): %v", p.clk.Pending(), err)
 	}
 	p.clk.Advance(packEvery)

@@ -22,3 +22,32 @@ CREATE TABLE IF NOT EXISTS {{moments}} (
 -- ;
 -- Serves the prune of old moments.
 CREATE INDEX IF NOT EXISTS {{moments}}_fired_at ON {{moments}} (fired_at)
+-- ;
+-- One row per share of a moment not yet done: dealt to one instance, held
+-- under a lease by the instance that runs it (dealt_to, or another that took
+-- it over when the lease ran out). A share that ran is deleted.
+CREATE TABLE IF NOT EXISTS {{shares}} (
+    schedule       text        NOT NULL,
+    moment         bigint      NOT NULL,
+    worker         integer     NOT NULL,
+    workers        integer     NOT NULL,
+    dealt_to       text        NOT NULL,
+    instance_index integer     NOT NULL,
+    instances      integer     NOT NULL,
+    runner         integer     NOT NULL,
+    runners        integer     NOT NULL,
+    holder         text,
+    token          text,
+    locked_until   timestamptz NOT NULL,
+    PRIMARY KEY (schedule, moment, worker)
+)
+-- ;
+-- Serves the sweep for shares whose lease ran out.
+CREATE INDEX IF NOT EXISTS {{shares}}_locked_until ON {{shares}} (locked_until)
+-- ;
+-- One row per running scheduler: keeps two schedulers off one instance name.
+CREATE TABLE IF NOT EXISTS {{instances}} (
+    instance   text        PRIMARY KEY,
+    token      text        NOT NULL,
+    expires_at timestamptz NOT NULL
+)

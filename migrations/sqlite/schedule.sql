@@ -23,3 +23,32 @@ CREATE TABLE IF NOT EXISTS {{moments}} (
 -- ;
 -- Serves the prune of old moments.
 CREATE INDEX IF NOT EXISTS {{moments}}_fired_at ON {{moments}} (fired_at)
+-- ;
+-- One row per share of a moment not yet done: dealt to one instance, held
+-- under a lease by the instance that runs it (dealt_to, or another that took
+-- it over when the lease ran out). A share that ran is deleted.
+CREATE TABLE IF NOT EXISTS {{shares}} (
+    schedule       TEXT    NOT NULL,
+    moment         INTEGER NOT NULL,
+    worker         INTEGER NOT NULL,
+    workers        INTEGER NOT NULL,
+    dealt_to       TEXT    NOT NULL,
+    instance_index INTEGER NOT NULL,
+    instances      INTEGER NOT NULL,
+    runner         INTEGER NOT NULL,
+    runners        INTEGER NOT NULL,
+    holder         TEXT,
+    token          TEXT,
+    locked_until   TEXT    NOT NULL,
+    PRIMARY KEY (schedule, moment, worker)
+)
+-- ;
+-- Serves the sweep for shares whose lease ran out.
+CREATE INDEX IF NOT EXISTS {{shares}}_locked_until ON {{shares}} (locked_until)
+-- ;
+-- One row per running scheduler: keeps two schedulers off one instance name.
+CREATE TABLE IF NOT EXISTS {{instances}} (
+    instance   TEXT PRIMARY KEY,
+    token      TEXT NOT NULL,
+    expires_at TEXT NOT NULL
+)

@@ -1,0 +1,259 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/clock"
+)
+
+// A moment's shares are rows that live instances claim with a lease, as an
+// inbox claims its rows: the instance a share was dealt to claims it at the
+// moment, renews its lease while the handler runs and deletes the row when
+// the handler returns. A share whose lease ran out (its instance died, or
+// never claimed it within a lease) is taken over by the next sweep of any
+// live instance that has the schedule, with a new token, so the dead
+// holder's late renewal or delete changes nothing.
+
+// shareKey names a share: its schedule, its moment in Unix milliseconds and
+// its worker.
+type shareKey struct {
+	schedule string
+	moment   int64
+	worker   int
+}
+
+// heldShare is a share this instance runs.
+type heldShare struct {
+	token    string
+	renewed  time.Time // when its lease was last written
+	cancel   context.CancelCauseFunc
+	returned bool // the handler returned: a loss found now cancels nothing
+}
+
+// leaseTick is how often held shares are renewed and orphans looked for: a
+// third of the lease, so a renewal that fails once still leaves time for
+// the next, and an orphan waits at most a third of a lease past its end.
+func (s *Scheduler) leaseTick() time.Duration { return s.lease / 3 }
+
+// startAll starts runs claimed under token, or hands them back when Stop
+// began meanwhile (ctx is the loop's).
+func (s *Scheduler) startAll(ctx context.Context, e *entry, runs []Run, token string) {
+	for _, r := range runs {
+		if ctx.Err() != nil {
+			s.release(e, r, token)
+			continue
+		}
+		s.start(e, r, token)
+	}
+}
+
+// start runs one share in its own goroutine, renewed while it runs, and
+// settles it when the handler returns.
+func (s *Scheduler) start(e *entry, r Run, token string) {
+	key := shareKey{e.name, r.FiredAt.UnixMilli(), r.Worker}
+	ctx, cancel := context.WithCancelCause(s.runsCtx)
+	s.heldMu.Lock()
+	s.held[key] = &heldShare{token: token, renewed: s.clk.Now(), cancel: cancel}
+	s.heldMu.Unlock()
+	s.runs.Add(1)
+	e.running.Add(1)
+	go func() {
+		defer s.runs.Done()
+		defer e.running.Add(-1)
+		err := s.call(ctx, e, r)
+		s.heldMu.Lock()
+		s.held[key].returned = true
+		s.heldMu.Unlock()
+		// The share stays held, its lease renewed, until it is settled.
+		defer func() {
+			s.heldMu.Lock()
+			delete(s.held, key)
+			s.heldMu.Unlock()
+		}()
+		lost := errors.Is(context.Cause(ctx), ErrShareLost)
+		switch {
+		case s.crashed.Load() || lost:
+			// A dead process settles nothing; a lost share is another's.
+		case err != nil && s.runsCtx.Err() != nil:
+			s.release(e, r, token) // cut short by Stop: another instance runs it
+		default:
+			s.finish(e, r, token)
+		}
+		cancel(nil)
+	}()
+}
+
+// call runs the handler, logging its error or panic with the share.
+func (s *Scheduler) call(ctx context.Context, e *entry, r Run) (err error) {
+	attrs := func(extra ...any) []any {
+		return append([]any{"schedule", r.Schedule, "fired_at", r.FiredAt, "worker", r.Worker, "workers", r.Workers,
+			"instance", s.name, "instance_index", r.Instance, "instances", r.Instances, "runner", r.Runner, "runners", r.Runners,
+			"dealt_to", r.DealtTo}, extra...)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("schedule: handler panicked", attrs("panic", fmt.Sprint(p), "stack", string(debug.Stack()))...)
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	if err := e.handler(ctx, r); err != nil {
+		s.log.Error("schedule: handler failed", attrs("error", err)...)
+		return err
+	}
+	return nil
+}
+
+// finish deletes a share that ran. If the delete fails, the share's lease
+// runs out and another instance runs it again.
+func (s *Scheduler) finish(e *entry, r Run, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
+	defer cancel()
+	if _, err := s.db.ExecContext(ctx, s.sql.Finish, e.name, r.FiredAt.UnixMilli(), r.Worker, token); err != nil {
+		s.log.Warn("schedule: could not mark a share done; another instance may run it again once its lease runs out",
+			"schedule", e.name, "instance", s.name, "fired_at", r.FiredAt, "worker", r.Worker, "error", err)
+	}
+}
+
+// release hands a share back: its lease ends now, for the next sweep.
+func (s *Scheduler) release(e *entry, r Run, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
+	defer cancel()
+	if _, err := s.db.ExecContext(ctx, s.sql.Release, s.times.Arg(s.clk.Now(), 0), e.name, r.FiredAt.UnixMilli(), r.Worker, token); err != nil {
+		s.log.Warn("schedule: could not hand a share back; another instance takes it once its lease runs out",
+			"schedule", e.name, "instance", s.name, "fired_at", r.FiredAt, "worker", r.Worker, "error", err)
+	}
+}
+
+// renewals renews the lease of every share this instance runs, every
+// leaseTick, until Stop (or a crash) ends it. A share whose renewal finds it
+// taken over, or that went a whole lease without a renewal, is lost: its
+// handler's context ends with ErrShareLost.
+func (s *Scheduler) renewals(ctx context.Context) {
+	defer close(s.renewDone)
+	for {
+		if clock.Sleep(ctx, s.clk, s.leaseTick()) != nil {
+			return
+		}
+		s.heldMu.Lock()
+		keys := make([]shareKey, 0, len(s.held))
+		for k := range s.held {
+			keys = append(keys, k)
+		}
+		s.heldMu.Unlock()
+		for _, k := range keys {
+			s.renew(ctx, k)
+		}
+	}
+}
+
+// renew extends one held share's lease.
+func (s *Scheduler) renew(ctx context.Context, k shareKey) {
+	s.heldMu.Lock()
+	h := s.held[k]
+	s.heldMu.Unlock()
+	if h == nil {
+		return // ended meanwhile
+	}
+	now := s.clk.Now()
+	rctx, cancel := context.WithTimeout(ctx, s.lease)
+	defer cancel()
+	res, err := s.db.ExecContext(rctx, s.sql.Renew, s.times.Arg(now, s.lease), k.schedule, k.moment, k.worker, h.token)
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	s.heldMu.Lock()
+	returned := h.returned
+	if err == nil && n == 1 {
+		h.renewed = now
+	}
+	s.heldMu.Unlock()
+	switch {
+	case err == nil && n == 1, returned:
+	case err == nil:
+		s.log.Warn("schedule: a running share was taken over by another instance; its handler is cancelled",
+			"schedule", k.schedule, "instance", s.name, "moment", time.UnixMilli(k.moment).UTC(), "worker", k.worker)
+		h.cancel(ErrShareLost)
+	case s.clk.Now().Sub(h.renewed) >= s.lease:
+		s.log.Warn("schedule: a running share's lease ran out unrenewed; its handler is cancelled",
+			"schedule", k.schedule, "instance", s.name, "moment", time.UnixMilli(k.moment).UTC(), "worker", k.worker, "error", err)
+		h.cancel(ErrShareLost)
+	default:
+		s.log.Warn("schedule: renewing a running share's lease failed; retrying",
+			"schedule", k.schedule, "instance", s.name, "worker", k.worker, "error", err)
+	}
+}
+
+// sweeps looks, every leaseTick, for shares whose lease ran out within the
+// last HeartbeatTTL and takes over those of this instance's schedules.
+func (s *Scheduler) sweeps(ctx context.Context) {
+	defer s.loops.Done()
+	for {
+		if clock.Sleep(ctx, s.clk, s.leaseTick()) != nil {
+			return
+		}
+		// As in heartbeats: run to the end, so nothing commits after Stop.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ttl)
+		if err := s.sweep(ctx, sctx); err != nil {
+			s.log.Warn("schedule: looking for shares to take over failed", "instance", s.name, "error", err)
+		}
+		cancel()
+	}
+}
+
+// orphan is a share whose lease ran out.
+type orphan struct {
+	schedule string
+	moment   int64
+	worker   int
+}
+
+// sweep takes over the orphans of this instance's schedules: at most as
+// many per schedule as it has runners, so that several live instances share
+// a dead one's load. loopCtx tells whether Stop began; ctx runs the
+// statements.
+func (s *Scheduler) sweep(loopCtx, ctx context.Context) error {
+	now := s.clk.Now()
+	rows, err := s.db.QueryContext(ctx, s.sql.Orphans, s.times.Arg(now, 0), s.times.Arg(now, -s.ttl))
+	if err != nil {
+		return err
+	}
+	var found []orphan
+	for rows.Next() {
+		var o orphan
+		if err := rows.Scan(&o.schedule, &o.moment, &o.worker); err != nil {
+			rows.Close()
+			return err
+		}
+		found = append(found, o)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	taken := map[string]int{}
+	for _, o := range found {
+		e := s.byName[o.schedule]
+		if e == nil || taken[e.name] >= e.runners() || (e.skipBusy && e.running.Load() > 0) {
+			continue
+		}
+		at := time.UnixMilli(o.moment).In(e.loc)
+		token := randomToken()
+		runs, err := s.claim(ctx, e, at, s.sql.TakeOver, s.name, token, s.times.Arg(s.clk.Now(), s.lease),
+			o.schedule, o.moment, o.worker, s.times.Arg(s.clk.Now(), 0))
+		if err != nil {
+			return fmt.Errorf("take over share %d of schedule %q at %v: %w", o.worker, o.schedule, at, err)
+		}
+		for _, r := range runs {
+			taken[e.name]++
+			s.log.Info("schedule: took over a share whose lease ran out",
+				"schedule", e.name, "instance", s.name, "fired_at", at, "worker", r.Worker, "dealt_to", r.DealtTo)
+		}
+		s.startAll(loopCtx, e, runs, token)
+	}
+	return nil
+}

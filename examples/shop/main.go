@@ -111,6 +111,10 @@ type config struct {
 	Workers int
 	// Clock paces the schedule; nil means the host's clock.
 	Clock clock.Clock
+	// Heartbeat is the schedule's heartbeat and share lease; zero means
+	// schedule.DefaultHeartbeat. Tests on a fake clock that jumps a whole
+	// moment at once set it longer than a moment.
+	Heartbeat time.Duration
 	// Report receives what each run of pack_orders did; nil means nothing.
 	Report func(Packing)
 }
@@ -178,7 +182,7 @@ func start(ctx context.Context, cfg config) (_ *shop, err error) {
 		}
 		handlers = append(handlers, (&Shop{Name: name, Locker: l, Invoices: cfg.Invoices, Payments: cfg.Payments}).Handler())
 
-		sched, err := schedule.New(db, schedule.Config{Instance: name, Workers: cfg.Workers, Clock: cfg.Clock})
+		sched, err := schedule.New(db, schedule.Config{Instance: name, Workers: cfg.Workers, Clock: cfg.Clock, Heartbeat: cfg.Heartbeat})
 		if err != nil {
 			return nil, err
 		}

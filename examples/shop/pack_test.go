@@ -50,7 +50,10 @@ func startPacking(t *testing.T, dbURL string) *packing {
 	}
 	s, err := start(context.Background(), config{
 		DB: dbURL, Packer: p.packs, PackEvery: packEvery, Workers: packWorkers, Clock: p.clk,
-		Report: func(r Packing) { p.reports <- r },
+		// A share's lease (a heartbeat) outlasts the clock's jumps of a
+		// moment, so a share settling as the clock jumps is not taken over.
+		Heartbeat: time.Minute,
+		Report:    func(r Packing) { p.reports <- r },
 	})
 	if err != nil {
 		t.Fatal(err)

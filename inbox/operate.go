@@ -170,6 +170,10 @@ type Row struct {
 type RowFilter struct {
 	States []string // nil for every state
 	Limit  int      // default 100
+	IDs    []int64  // nil for every id
+	// After lists rows with an id above it, for the next page; zero lists
+	// from the first row.
+	After int64
 }
 
 // Rows lists ref's rows in id order.
@@ -179,7 +183,10 @@ func (o *Operator) Rows(ctx context.Context, ref QueueRef, rf RowFilter) ([]Row,
 		return nil, err
 	}
 	f := o.filter(ref)
-	f.States = rf.States
+	f.States, f.IDs = rf.States, rf.IDs
+	if rf.After != 0 {
+		f.After = &rf.After
+	}
 	where, args, err := o.b.d.Where(t, f)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: table %q: %w", ref.Table, err)

@@ -28,6 +28,7 @@ type AdminFilter struct {
 	Horizon time.Time // now plus the queue's lease: held below it, delayed above
 	Group   *string   // nil for every group
 	IDs     []int64   // nil for any id
+	After   *int64    // ids above it; nil for any
 	// ErrorContains keeps rows whose last error holds it ("" for any).
 	ErrorContains string
 	States        []string // nil for any state
@@ -61,6 +62,9 @@ func (d *Dialect) Where(t AdminTable, f AdminFilter) (string, []any, error) {
 		} else {
 			conds = append(conds, t.ID+" IN (SELECT value FROM json_each("+n+"))")
 		}
+	}
+	if f.After != nil {
+		conds = append(conds, t.ID+" > "+arg(*f.After))
 	}
 	if f.ErrorContains != "" {
 		if t.LastError == "" {

@@ -1,0 +1,138 @@
+// Package dashboard is sqlinbox's web dashboard: an http.Handler that shows
+// every registered queue (rows by state, handlings a minute over the last
+// hour, instances alive and gone) and lets an operator unpark, delete, run
+// now, pause and resume. It reads the registry that Service.Register keeps
+// (create its tables with migrations.ApplyRegistry), so it needs no column
+// names. Pages are rendered on the server with html/template, assets are
+// embedded, and counts refresh every few seconds without a reload.
+//
+// Mount it at any prefix inside your own service, behind your own
+// authentication middleware:
+//
+//	h, err := dashboard.New(broker, dashboard.Config{})
+//	mux.Handle("/admin/inbox/", http.StripPrefix("/admin/inbox", requireAdmin(h)))
+//
+// or run it on its own: go run ./cmd/inbox dashboard --db URL --listen 127.0.0.1:8080.
+//
+// Every action is a POST carrying a CSRF token (a cookie the page sets and a
+// form field that must match it, with a same-origin check); ReadOnly shows no
+// action and refuses every POST. Tables and groups an action names must be
+// registered queues; values reach SQL as bound parameters.
+package dashboard
+
+import (
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/inbox"
+)
+
+// Config configures a dashboard. Zero means the default for every field.
+type Config struct {
+	// ReadOnly shows no action buttons and refuses every POST with 403.
+	ReadOnly bool
+	// Refresh is how often a page reloads its counts in the browser.
+	// Defaults to DefaultRefresh; at least one second.
+	Refresh time.Duration
+	// PageSize is how many rows a queue page lists. Defaults to
+	// DefaultPageSize; at most 1000.
+	PageSize int
+	// Logger logs failed reads and actions. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	DefaultRefresh  = 5 * time.Second
+	DefaultPageSize = 50
+)
+
+// ErrInvalidConfig is wrapped by New's error for a Config field out of bounds.
+var ErrInvalidConfig = errors.New("dashboard: invalid config")
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Refresh == 0 {
+		c.Refresh = DefaultRefresh
+	}
+	if c.Refresh < time.Second {
+		return c, fmt.Errorf("%w: Refresh must be at least 1s, got %v", ErrInvalidConfig, c.Refresh)
+	}
+	if c.PageSize == 0 {
+		c.PageSize = DefaultPageSize
+	}
+	if c.PageSize < 1 || c.PageSize > 1000 {
+		return c, fmt.Errorf("%w: PageSize must be between 1 and 1000, got %d", ErrInvalidConfig, c.PageSize)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+//go:embed templates/*.html
+var templateFiles embed.FS
+
+//go:embed static
+var staticFiles embed.FS
+
+// Handler serves the dashboard. Make it with New.
+type Handler struct {
+	cfg     Config
+	op      *inbox.Operator
+	dialect string
+	pages   map[string]*template.Template
+	static  http.Handler
+	mux     *http.ServeMux
+}
+
+// New returns the dashboard of broker b's database.
+func New(b *inbox.Broker, cfg Config) (*Handler, error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: a nil broker", ErrInvalidConfig)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	sub, _ := fs.Sub(staticFiles, "static")
+	h := &Handler{cfg: cfg, op: inbox.NewOperator(b), dialect: b.Dialect(), pages: pages, static: http.FileServerFS(sub), mux: http.NewServeMux()}
+	h.mux.HandleFunc("GET /{$}", h.overview)
+	h.mux.HandleFunc("GET /queue", h.queue)
+	h.mux.HandleFunc("POST /action", h.action)
+	h.mux.Handle("GET /static/", http.StripPrefix("/static", h.static))
+	return h, nil
+}
+
+// ServeHTTP serves a page, an asset or an action. Every link is relative,
+// so the handler works under any prefix that http.StripPrefix removes; a
+// request for the bare prefix is sent to the prefix with a slash.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "" {
+		w.Header().Set("Location", lastSegment(r)+"/") // relative: see action
+		w.WriteHeader(http.StatusMovedPermanently)
+		return
+	}
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; base-uri 'none'; form-action 'self'")
+	h.mux.ServeHTTP(w, r)
+}
+
+// lastSegment is the last element of the request's original path, for the
+// redirect of a bare prefix ("/admin/inbox" -> "inbox/").
+func lastSegment(r *http.Request) string {
+	p, _, _ := strings.Cut(r.RequestURI, "?")
+	return path.Base(p)
+}

@@ -1,0 +1,179 @@
+package dashboard_test
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/dashboard"
+	"github.com/sqlinbox/sqlinbox/inboxtest"
+)
+
+func eachDB(t *testing.T, f func(t *testing.T, url string)) {
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); f(t, inboxtest.SQLite(t)) })
+	t.Run("postgres", func(t *testing.T) { t.Parallel(); f(t, inboxtest.Postgres(t)) })
+}
+
+func get(t *testing.T, c *http.Client, u string) (int, string) {
+	t.Helper()
+	resp, err := c.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]{64})"`)
+
+// The overview lists the registered queue and its instance; the queue page
+// lists its rows with every payload escaped, binary ones as hex, and the
+// parked row's error.
+func TestPagesShowQueuesAndEscapeRows(t *testing.T) {
+	eachDB(t, func(t *testing.T, dbURL string) {
+		s := newSite(t, dbURL, dashboard.Config{})
+		s.publish("bad")
+		s.waitParked(1)
+		// Rows a day away, so the service leaves them for the page.
+		for _, p := range hostile {
+			if _, err := s.b.DB().Exec(s.rebind("INSERT INTO jobs (payload, locked_until, last_error) VALUES ($1, $2, $3)"), []byte(p), s.far(), p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.b.DB().Exec(s.rebind("INSERT INTO jobs (payload, locked_until) VALUES ($1, $2)"), []byte{0, 0xff, 0x10, 'a'}, s.far()); err != nil {
+			t.Fatal(err)
+		}
+		c := client(t)
+		code, body := get(t, c, s.url(""))
+		if code != http.StatusOK {
+			t.Fatalf("overview: %d\n%s", code, body)
+		}
+		contains(t, body, `href="queue?table=jobs"`)
+		contains(t, body, "invoices")
+		contains(t, body, `<span class="pill alive">alive</span>`)
+		contains(t, body, `<svg class="chart"`)
+
+		code, body = get(t, c, s.url("queue?table=jobs"))
+		if code != http.StatusOK {
+			t.Fatalf("queue page: %d\n%s", code, body)
+		}
+		for _, p := range hostile {
+			if strings.Contains(body, p) {
+				t.Errorf("payload %q reached the page unescaped", p)
+			}
+		}
+		contains(t, body, "&lt;script&gt;")
+		contains(t, body, "hex 00ff1061")
+		contains(t, body, "renderer: template &lt;b&gt;missing&lt;/b&gt;")
+		contains(t, body, `<span class="pill parked">parked</span>`)
+	})
+}
+
+// A POST without the page's token, with another token, or from another
+// origin changes nothing; with it, the parked row is unparked and the
+// running service handles it.
+func TestActionsNeedTheToken(t *testing.T) {
+	eachDB(t, func(t *testing.T, dbURL string) {
+		s := newSite(t, dbURL, dashboard.Config{})
+		id := s.publish("bad")
+		s.waitParked(1)
+		s.fixed.Store(true)
+		c := client(t)
+		_, body := get(t, c, s.url("queue?table=jobs"))
+		m := csrfField.FindStringSubmatch(body)
+		if m == nil {
+			t.Fatalf("no CSRF field on the queue page:\n%s", body)
+		}
+		form := func(tok string) url.Values {
+			return url.Values{"csrf": {tok}, "table": {"jobs"}, "op": {"unpark"}, "id": {itoa(id)}}
+		}
+		post := func(c *http.Client, v url.Values, origin string) int {
+			t.Helper()
+			req, _ := http.NewRequest("POST", s.url("action"), strings.NewReader(v.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			if origin != "" {
+				req.Header.Set("Origin", origin)
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if loc := resp.Header.Get("Location"); resp.StatusCode == http.StatusSeeOther && loc != "queue?table=jobs" {
+				t.Errorf("redirect to %q, want the relative queue?table=jobs (the mount's prefix kept)", loc)
+			}
+			return resp.StatusCode
+		}
+		for what, code := range map[string]int{
+			"no cookie":    post(client(t), form(m[1]), ""),
+			"other token":  post(c, form(strings.Repeat("ab", 32)), ""),
+			"other origin": post(c, form(m[1]), "http://evil.example"),
+		} {
+			if code != http.StatusForbidden {
+				t.Errorf("%s: status %d, want 403", what, code)
+			}
+		}
+		if n := len(inboxtest.ParkedRows(t, s.b, jobs)); n != 1 {
+			t.Fatalf("%d parked rows after refused posts, want 1", n)
+		}
+		if code := post(c, form(m[1]), s.srv.URL); code != http.StatusSeeOther {
+			t.Fatalf("post with the token: status %d, want 303", code)
+		}
+		s.waitHandled("bad")
+		_, body = get(t, c, s.url("queue?table=jobs"))
+		contains(t, body, "unpark: 1 rows changed")
+	})
+}
+
+// Read-only shows no action and refuses every POST.
+func TestReadOnly(t *testing.T) {
+	s := newSite(t, inboxtest.SQLite(t), dashboard.Config{ReadOnly: true})
+	c := client(t)
+	_, body := get(t, c, s.url("queue?table=jobs"))
+	if strings.Contains(body, `name="op"`) {
+		t.Fatalf("read-only page shows actions:\n%s", body)
+	}
+	tok := csrfField.FindStringSubmatch(body)
+	v := url.Values{"table": {"jobs"}, "op": {"pause"}}
+	if tok != nil {
+		v.Set("csrf", tok[1])
+	}
+	resp, err := c.PostForm(s.url("action"), v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("read-only POST: %d, want 403", resp.StatusCode)
+	}
+}
+
+// Only registered queues are shown or changed; the bare prefix redirects to
+// the prefix with a slash; a bad config is refused.
+func TestUnknownQueuesAndPrefix(t *testing.T) {
+	s := newSite(t, inboxtest.SQLite(t), dashboard.Config{})
+	c := client(t)
+	if code, _ := get(t, c, s.url("queue?table=users")); code != http.StatusNotFound {
+		t.Errorf("unregistered table: %d, want 404", code)
+	}
+	if code, _ := get(t, c, s.url("queue?table="+url.QueryEscape(`jobs";DROP TABLE jobs;--`))); code != http.StatusNotFound {
+		t.Errorf("a table name with SQL: %d, want 404", code)
+	}
+	resp, err := c.Get(s.srv.URL + "/admin/inbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if loc := resp.Header.Get("Location"); resp.StatusCode/100 != 3 || !strings.HasSuffix(loc, "inbox/") {
+		t.Errorf("bare prefix: %d to %q, want a redirect to the prefix with a slash", resp.StatusCode, loc)
+	}
+	if _, err := dashboard.New(s.b, dashboard.Config{Refresh: time.Millisecond}); !errors.Is(err, dashboard.ErrInvalidConfig) {
+		t.Errorf("Refresh 1ms: %v, want ErrInvalidConfig", err)
+	}
+}

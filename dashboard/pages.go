@@ -1,0 +1,327 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/sqlinbox/sqlinbox/inbox"
+)
+
+// page is what every template gets.
+type page struct {
+	Title, Dialect, CSRF, Flash   string
+	FlashBad, ReadOnly            bool
+	RefreshMillis, RefreshSeconds int64
+	Queues                        []queueView
+	QueuesErr                     string
+	Instances                     []inbox.Instance
+	Queue                         queueView
+	Rows                          []rowView
+	States                        []string
+	State, SearchID, Next         string
+	PageSize                      int
+}
+
+type queueView struct {
+	Table, Group, Name, Link, Oldest, Err string
+	State                                 inbox.QueueState
+	Instances, Workers                    int
+	Paused                                bool
+	Chart                                 template.HTML
+}
+
+type rowView struct {
+	ID                                      int64
+	Attempts                                int64
+	State, Due, LastError, Created, Payload string
+}
+
+var states = []string{inbox.StateAvailable, inbox.StateHeld, inbox.StateDelayed, inbox.StateParked}
+
+func (h *Handler) page(w http.ResponseWriter, r *http.Request, title string) *page {
+	p := &page{Title: title, Dialect: h.dialect, ReadOnly: h.cfg.ReadOnly, CSRF: token(w, r),
+		RefreshMillis: h.cfg.Refresh.Milliseconds(), RefreshSeconds: int64(h.cfg.Refresh / time.Second), States: states}
+	p.Flash, p.FlashBad = takeFlash(w, r)
+	return p
+}
+
+func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	p := h.page(w, r, "Queues")
+	queues, err := h.op.Queues(ctx)
+	if err != nil {
+		p.QueuesErr = err.Error()
+		h.cfg.Logger.Warn("dashboard: list queues", "err", err)
+	}
+	now := time.Now()
+	for _, q := range queues {
+		p.Queues = append(p.Queues, h.view(ctx, q, now, 180, 28))
+	}
+	if p.Instances, err = h.op.Instances(ctx); err != nil && p.QueuesErr == "" {
+		p.QueuesErr = err.Error()
+	}
+	h.render(w, "overview", p)
+}
+
+// view is one queue as the pages show it.
+func (h *Handler) view(ctx context.Context, q inbox.QueueInfo, now time.Time, w, ht int) queueView {
+	v := queueView{Table: q.Table, Group: q.Group, Name: queueName(q.Table, q.Group), State: q.State,
+		Instances: q.Instances, Workers: q.Workers, Paused: q.Paused, Oldest: "—"}
+	v.Link = "queue?" + queueQuery(q.Table, q.Group).Encode()
+	if q.StateErr != nil {
+		v.Err = q.StateErr.Error()
+	}
+	if !q.State.Oldest.IsZero() && q.State.Available > 0 {
+		v.Oldest = ago(q.State.Oldest)
+	}
+	mins, err := h.op.Minutes(ctx, q.Table, q.Group, now.Add(-chartMinutes*time.Minute))
+	if err != nil {
+		h.cfg.Logger.Warn("dashboard: read minutes", "table", q.Table, "group", q.Group, "err", err)
+	}
+	v.Chart = chart(mins, now, w, ht)
+	return v
+}
+
+func queueName(table, group string) string {
+	if group == "" {
+		return table
+	}
+	return table + "/" + group
+}
+
+func queueQuery(table, group string) url.Values {
+	v := url.Values{"table": {table}}
+	if group != "" {
+		v.Set("group", group)
+	}
+	return v
+}
+
+// find returns the registered queue table/group, or ok false.
+func (h *Handler) find(ctx context.Context, table, group string) (inbox.QueueInfo, bool, error) {
+	ref, ok, err := h.op.Ref(ctx, table, group)
+	if err != nil {
+		return inbox.QueueInfo{}, false, err
+	}
+	paused, err := h.op.Paused(ctx)
+	if err != nil {
+		return inbox.QueueInfo{}, false, err
+	}
+	q := inbox.QueueInfo{QueueRef: ref, Paused: slices.Contains(paused, [2]string{table, group}) || slices.Contains(paused, [2]string{table, ""})}
+	return q, ok || slices.Contains(paused, [2]string{table, group}), nil
+}
+
+func (h *Handler) queue(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	table, group := r.FormValue("table"), r.FormValue("group")
+	q, ok, err := h.find(ctx, table, group)
+	if err != nil {
+		http.Error(w, "dashboard: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	if !ok {
+		http.Error(w, fmt.Sprintf("dashboard: no registered queue %q", queueName(table, group)), http.StatusNotFound)
+		return
+	}
+	p := h.page(w, r, queueName(table, group))
+	q.State, q.StateErr = h.op.State(ctx, q.QueueRef)
+	p.Queue = h.view(ctx, q, time.Now(), 600, 80)
+	p.State, p.SearchID, p.PageSize = r.FormValue("state"), strings.TrimSpace(r.FormValue("id")), h.cfg.PageSize
+	rf := inbox.RowFilter{Limit: h.cfg.PageSize + 1}
+	if slices.Contains(states, p.State) {
+		rf.States = []string{p.State}
+	}
+	if p.SearchID != "" {
+		id, err := strconv.ParseInt(p.SearchID, 10, 64)
+		if err != nil {
+			p.Flash, p.FlashBad = fmt.Sprintf("%q is not a row id", p.SearchID), true
+			id = 0
+		}
+		rf.IDs = []int64{id}
+	}
+	rf.After, _ = strconv.ParseInt(r.FormValue("after"), 10, 64)
+	rows, err := h.op.Rows(ctx, q.QueueRef, rf)
+	if err != nil {
+		p.Flash, p.FlashBad = err.Error(), true
+	}
+	if len(rows) > h.cfg.PageSize {
+		rows = rows[:h.cfg.PageSize]
+		next := queueQuery(table, group)
+		next.Set("after", strconv.FormatInt(rows[len(rows)-1].ID, 10))
+		if rf.States != nil {
+			next.Set("state", p.State)
+		}
+		p.Next = "queue?" + next.Encode()
+	}
+	for _, row := range rows {
+		p.Rows = append(p.Rows, rowView{ID: row.ID, Attempts: row.Attempts, State: row.State, Due: due(row.LockedUntil, row.State),
+			LastError: row.LastError, Created: ago(row.Created), Payload: preview(row.Payload)})
+	}
+	h.render(w, "queue", p)
+}
+
+func (h *Handler) action(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.ReadOnly {
+		http.Error(w, "dashboard: read-only", http.StatusForbidden)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "dashboard: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if why := checkCSRF(r); why != "" {
+		http.Error(w, "dashboard: "+why, http.StatusForbidden)
+		return
+	}
+	ctx := r.Context()
+	table, group := r.PostFormValue("table"), r.PostFormValue("group")
+	if _, ok, err := h.find(ctx, table, group); err != nil || !ok {
+		http.Error(w, fmt.Sprintf("dashboard: no registered queue %q", queueName(table, group)), http.StatusNotFound)
+		return
+	}
+	msg, err := h.do(ctx, r, table, group)
+	if err != nil {
+		msg = err.Error()
+		h.cfg.Logger.Warn("dashboard: action failed", "op", r.PostFormValue("op"), "table", table, "group", group, "err", err)
+	}
+	setFlash(w, msg, err != nil)
+	// Relative, and set by hand: http.Redirect would resolve it against the
+	// path the mount's StripPrefix left, and lose the prefix.
+	w.Header().Set("Location", "queue?"+queueQuery(table, group).Encode())
+	w.WriteHeader(http.StatusSeeOther)
+}
+
+// do carries out the action the form names and says what it did.
+func (h *Handler) do(ctx context.Context, r *http.Request, table, group string) (string, error) {
+	op := r.PostFormValue("op")
+	switch op {
+	case "pause":
+		return "paused " + queueName(table, group), h.op.Pause(ctx, table, group)
+	case "resume":
+		return "resumed " + queueName(table, group), h.op.Resume(ctx, table, group)
+	}
+	change := map[string]func(context.Context, inbox.QueueRef, inbox.Selection) (int64, error){
+		"unpark": h.op.Unpark, "run-now": h.op.RunNow, "delete": h.op.Delete}[op]
+	if change == nil {
+		return "", fmt.Errorf("unknown action %q", op)
+	}
+	sel := inbox.Selection{All: r.PostFormValue("all") == "1", ErrorContains: r.PostFormValue("error_contains")}
+	for _, s := range r.PostForm["id"] {
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return "", fmt.Errorf("%q is not a row id", s)
+		}
+		sel.IDs = append(sel.IDs, id)
+	}
+	if !sel.All && len(sel.IDs) == 0 {
+		return "", errors.New("no row selected: tick the rows first")
+	}
+	ref, _, err := h.op.Ref(ctx, table, group)
+	if err != nil {
+		return "", err
+	}
+	n, err := change(ctx, ref, sel)
+	return fmt.Sprintf("%s: %d rows changed", op, n), err
+}
+
+func (h *Handler) render(w http.ResponseWriter, name string, p *page) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := h.pages[name].ExecuteTemplate(w, "layout", p); err != nil {
+		h.cfg.Logger.Error("dashboard: render", "page", name, "err", err)
+	}
+}
+
+func parsePages() (map[string]*template.Template, error) {
+	funcs := template.FuncMap{"ago": ago}
+	pages := map[string]*template.Template{}
+	for _, name := range []string{"overview", "queue"} {
+		t, err := template.New(name).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("dashboard: template %s: %w", name, err)
+		}
+		pages[name] = t
+	}
+	return pages, nil
+}
+
+// flashCookie carries an action's outcome to the page it redirects to.
+const flashCookie = "sqlinbox_flash"
+
+func setFlash(w http.ResponseWriter, msg string, bad bool) {
+	if bad {
+		msg = "!" + msg
+	}
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: url.QueryEscape(msg), Path: "/", MaxAge: 30, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+}
+
+func takeFlash(w http.ResponseWriter, r *http.Request) (string, bool) {
+	c, err := r.Cookie(flashCookie)
+	if err != nil || r.Header.Get("X-Live") != "" {
+		return "", false
+	}
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: "/", MaxAge: -1})
+	msg, _ := url.QueryUnescape(c.Value)
+	bad := strings.HasPrefix(msg, "!")
+	return strings.TrimPrefix(msg, "!"), bad
+}
+
+// ago says how long ago (or in how long) t is, to the second.
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	d := time.Since(t).Round(time.Second)
+	switch {
+	case d > 0:
+		return d.String() + " ago"
+	case d < 0:
+		return "in " + (-d).String()
+	}
+	return "now"
+}
+
+func due(lockedUntil time.Time, state string) string {
+	switch state {
+	case inbox.StateParked:
+		return "never (parked)"
+	case inbox.StateAvailable:
+		return "now"
+	}
+	return ago(lockedUntil)
+}
+
+// previewBytes bounds a payload's preview.
+const previewBytes = 300
+
+// preview shows a payload as text when it is printable UTF-8, else as hex;
+// html/template escapes whatever it holds.
+func preview(p []byte) string {
+	if p == nil {
+		return "NULL"
+	}
+	cut := p[:min(len(p), previewBytes)]
+	more := ""
+	if len(p) > len(cut) {
+		more = fmt.Sprintf("… (%d bytes)", len(p))
+	}
+	if utf8.Valid(cut) || utf8.Valid(cut[:max(len(cut)-3, 0)]) {
+		text := strings.ToValidUTF8(string(cut), "")
+		if !strings.ContainsFunc(text, func(r rune) bool { return !unicode.IsPrint(r) && r != '\n' && r != '\t' }) {
+			return text + more
+		}
+	}
+	return "hex " + hex.EncodeToString(cut[:min(len(cut), previewBytes/2)]) + more
+}

@@ -21,8 +21,8 @@ func init() { builders = append(builders, addDashboard) }
 // dashFlags are the dashboard command's flags.
 type dashFlags struct {
 	db, listen, basicAuth, prefix string
-	readOnly, public             bool
-	refresh                      time.Duration
+	readOnly, public              bool
+	refresh                       time.Duration
 }
 
 func addDashboard(root *cobra.Command) {

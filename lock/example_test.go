@@ -9,8 +9,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/lock"
 )
 
-// One call takes a lock; the token releases it, or extends it when taken
-// again.
+// One call takes a lock; its token releases it or extends it.
 func Example() {
 	ctx := context.Background()
 	store := lock.NewMemory(nil) // or lock.NewSQL(ctx, db, ...), lock.NewRedis(ctx, client, ...)
@@ -27,14 +26,14 @@ func Example() {
 	_, _, err = locker.Take(ctx, "invoice:1001", lock.Options{Wait: 10 * time.Millisecond, MustAcquire: true})
 	fmt.Println("with MustAcquire:", errors.Is(err, lock.ErrNotAcquired))
 
-	h, _, _ = locker.Take(ctx, "invoice:1001", lock.Options{Token: h.Token, TTL: time.Hour})
-	fmt.Println("extended, same fence:", h.Fence)
+	h, err = locker.Extend(ctx, h.Token, time.Hour)
+	fmt.Println("extended, same fence:", h.Fence, err)
 
 	fmt.Println("released:", locker.Release(ctx, h.Token))
 	// Output:
 	// first call: true <nil> 1
 	// second call: false <nil>
 	// with MustAcquire: true
-	// extended, same fence: 1
+	// extended, same fence: 1 <nil>
 	// released: <nil>
 }

@@ -25,6 +25,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sqlinbox/sqlinbox/clock"
 )
@@ -66,17 +67,14 @@ type Options struct {
 	// MustAcquire turns a false answer into an error wrapping
 	// ErrNotAcquired (a *NotAcquiredError naming the lock and the wait).
 	MustAcquire bool
-	// Token, when set, extends the hold it names instead of taking a new
-	// place: the hold then lasts TTL from now, keeps its fence, and fails
-	// with ErrNotHeld when it has already ended. Default: empty, a new take.
-	Token string
 }
 
 // Hold is one place held on a lock.
 type Hold struct {
 	// Namespace and Name name the lock.
 	Namespace, Name string
-	// Token releases or extends the hold. It is opaque; keep it as is.
+	// Token releases (Release) or extends (Extend) the hold. It is opaque;
+	// keep it as is.
 	Token string
 	// Fence grows with every new acquisition of the name in its namespace
 	// (not with extensions): pass it to downstream writes so a holder that
@@ -115,8 +113,12 @@ type NotAcquiredError struct {
 }
 
 func (e *NotAcquiredError) Error() string {
-	return fmt.Sprintf("lock %s: not acquired after %d tries in %v: all %d places are held; wait longer (Options.Wait) or try later",
-		quoteLock(e.Namespace, e.Name), e.Tries, e.Waited.Round(time.Millisecond), e.MaxHolders)
+	held := "its one place is held"
+	if e.MaxHolders > 1 {
+		held = fmt.Sprintf("all %d places are held", e.MaxHolders)
+	}
+	return fmt.Sprintf("lock %s: not acquired after %s in %v: %s; wait longer (Options.Wait) or try later",
+		quoteLock(e.Namespace, e.Name), plural(e.Tries, "try", "tries"), e.Waited.Round(time.Millisecond), held)
 }
 
 // Unwrap returns ErrNotAcquired.
@@ -163,17 +165,23 @@ func New(store Store, cfg Config) (*Locker, error) {
 	if len(cfg.Namespace) > MaxName {
 		return nil, fmt.Errorf("%w: lock.New: Config.Namespace is %d bytes, more than %d", ErrInvalid, len(cfg.Namespace), MaxName)
 	}
+	if err := checkText("lock.New: Config.Namespace", cfg.Namespace); err != nil {
+		return nil, err
+	}
 	return &Locker{store: store, ns: cfg.Namespace, clock: clock.OrHost(cfg.Clock), held: map[string]map[string]*expiry[heldToken]{}}, nil
 }
 
 // Namespace returns the locker's namespace.
 func (l *Locker) Namespace() string { return l.ns }
 
-// Take asks for a place on the lock name. It answers the hold and true when
-// it got one; false (or, with MustAcquire, an error wrapping ErrNotAcquired)
-// when every place stayed held through its wait. With Options.Token set it
-// extends that hold instead. A store that cannot be reached fails the call
-// with the cause; ctx ends the wait with ctx's error. A call that fails
+// Take asks for a new place on the lock name (Extend keeps one). It answers
+// the hold and true when it got one; false (or, with MustAcquire, an error
+// wrapping ErrNotAcquired) when every place stayed held through its wait.
+//
+// A store error fails a call that does not wait at once. A waiting call
+// rides out store errors with backoff (10ms doubling, at most RetryDelay)
+// and fails with the last one, saying how many came in a row, only when its
+// wait (or Tries) ends. ctx ends the wait with ctx's error. A call that fails
 // while its statement is in flight may leave a place taken that it does not
 // report: that place frees itself at its TTL.
 func (l *Locker) Take(ctx context.Context, name string, o Options) (Hold, bool, error) {
@@ -185,10 +193,6 @@ func (l *Locker) Take(ctx context.Context, name string, o Options) (Hold, bool, 
 	}
 	o = o.withDefaults()
 	k := Key{Namespace: l.ns, Name: name}
-	if o.Token != "" {
-		h, err := l.extend(ctx, k, o)
-		return h, err == nil, err
-	}
 
 	start := l.clock.Now()
 	waits := o.Wait > 0 || o.Tries > 1
@@ -201,34 +205,46 @@ func (l *Locker) Take(ctx context.Context, name string, o Options) (Hold, bool, 
 		defer w.Close()
 		wakes = w
 	}
+	var failing storeFailure
 	for tries := 1; ; tries++ {
 		secret := newSecret()
 		asked := l.clock.Now() // the hold ends TTL after the store's now, which comes later
 		g, err := l.store.Acquire(ctx, k, secret, o.TTL, o.MaxHolders)
-		if err != nil {
-			if ctx.Err() != nil {
-				return Hold{}, false, ctx.Err()
-			}
-			return Hold{}, false, fmt.Errorf("lock %s: acquire: %w", quoteLock(l.ns, name), err)
+		if err != nil && ctx.Err() != nil {
+			return Hold{}, false, ctx.Err()
 		}
-		if g.Acquired {
+		if err == nil && g.Acquired {
 			h := l.hold(k, g, secret, asked)
 			l.remember(h)
 			return h, true, nil
 		}
-		elapsed := l.clock.Now().Sub(start)
+		now := l.clock.Now()
+		elapsed := now.Sub(start)
 		left := o.Wait - elapsed
-		if !waits || (o.Tries > 0 && tries >= o.Tries) || (o.Wait > 0 && left <= 0) {
+		over := !waits || (o.Tries > 0 && tries >= o.Tries) || (o.Wait > 0 && left <= 0)
+		var sleep time.Duration
+		switch {
+		case err != nil:
+			// A store error within the wait is ridden out with backoff: a
+			// cut connection or a restarting server comes back.
+			failing.add(now, err)
+			if over {
+				return Hold{}, false, failing.error(quoteLock(l.ns, name), now, elapsed, waits)
+			}
+			sleep = failing.backoff(o.RetryDelay)
+		case over:
 			if o.MustAcquire {
 				return Hold{}, false, &NotAcquiredError{Namespace: l.ns, Name: name, Waited: elapsed, Tries: tries, MaxHolders: o.MaxHolders}
 			}
 			return Hold{}, false, nil
-		}
-		sleep := o.RetryDelay
-		if g.Expiry >= 0 {
-			// A holder's expiry, plus a millisecond for stores that keep
-			// milliseconds; zero is a race just lost: try again at once.
-			sleep = min(sleep, g.Expiry+time.Millisecond)
+		default:
+			failing = storeFailure{}
+			sleep = o.RetryDelay
+			if g.Expiry >= 0 {
+				// A holder's expiry, plus a millisecond for stores that keep
+				// milliseconds; zero is a race just lost: try again at once.
+				sleep = min(sleep, g.Expiry+time.Millisecond)
+			}
 		}
 		if o.Wait > 0 {
 			sleep = min(sleep, left)
@@ -246,6 +262,50 @@ func (l *Locker) Take(ctx context.Context, name string, o Options) (Hold, bool, 
 		case <-t.C():
 		}
 	}
+}
+
+// storeFailure counts the store errors of one Take in a row.
+type storeFailure struct {
+	n     int
+	since time.Time
+	last  error
+}
+
+func (f *storeFailure) add(now time.Time, err error) {
+	if f.n == 0 {
+		f.since = now
+	}
+	f.n++
+	f.last = err
+}
+
+// backoff is the sleep before the next try: 10ms doubling with each error
+// in a row, at most the retry delay.
+func (f *storeFailure) backoff(retryDelay time.Duration) time.Duration {
+	d := 10 * time.Millisecond << min(f.n-1, 10)
+	return min(d, retryDelay)
+}
+
+// error reports the failure that ended a Take: as is for a call that did
+// not wait, with the failures in a row and the wait for one that did.
+func (f *storeFailure) error(lock string, now time.Time, waited time.Duration, waits bool) error {
+	if !waits {
+		return fmt.Errorf("lock %s: acquire: %w", lock, f.last)
+	}
+	if f.n == 1 {
+		return fmt.Errorf("lock %s: acquire: the store failed and the wait ended after %v; check that the store is reachable: %w",
+			lock, waited.Round(time.Millisecond), f.last)
+	}
+	return fmt.Errorf("lock %s: acquire: the store failed %s in a row over %v and the wait ended after %v; check that the store is reachable; last error: %w",
+		lock, plural(f.n, "time", "times"), now.Sub(f.since).Round(time.Millisecond), waited.Round(time.Millisecond), f.last)
+}
+
+// plural writes a count with its noun: "1 try", "2 tries".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 // Release gives back the hold token names. A token that holds nothing any
@@ -305,21 +365,31 @@ func (l *Locker) ReleaseName(ctx context.Context, name string) error {
 	return nil
 }
 
-func (l *Locker) extend(ctx context.Context, k Key, o Options) (Hold, error) {
-	t, err := l.parse(o.Token)
+// Extend makes the hold token names last ttl from now (zero means
+// DefaultTTL), keeping its place, slot and fence. It never waits and never
+// takes a new place: it answers at once. A hold that has ended (released, or
+// its TTL passed, so another may hold the place now) fails with ErrNotHeld,
+// an error and not a false answer as Take gives, because the caller believed
+// it held the lock and must stop the work it guards; take the lock anew.
+func (l *Locker) Extend(ctx context.Context, token string, ttl time.Duration) (Hold, error) {
+	t, err := l.parse(token)
 	if err != nil {
 		return Hold{}, err
 	}
-	if t.name != k.Name {
-		return Hold{}, fmt.Errorf("%w: lock %s: Options.Token holds the lock %q; extend with the name it was taken on", ErrInvalid, quoteLock(l.ns, k.Name), t.name)
+	switch {
+	case ttl < 0 || (ttl > 0 && ttl < time.Millisecond):
+		return Hold{}, fmt.Errorf("%w: lock %s: extend: ttl is %v; give at least 1ms (stores keep milliseconds), or zero for the default 30s", ErrInvalid, quoteLock(l.ns, t.name), ttl)
+	case ttl == 0:
+		ttl = DefaultTTL
 	}
+	k := Key{Namespace: l.ns, Name: t.name}
 	asked := l.clock.Now()
-	g, err := l.store.Extend(ctx, k, t.slot, t.secret, o.TTL)
+	g, err := l.store.Extend(ctx, k, t.slot, t.secret, ttl)
 	if err != nil {
 		return Hold{}, fmt.Errorf("lock %s: extend: %w", quoteLock(l.ns, k.Name), err)
 	}
 	if !g.Acquired {
-		l.forget(k.Name, o.Token)
+		l.forget(k.Name, token)
 		return Hold{}, fmt.Errorf("lock %s: extend: %w: the hold ended before (released, or its TTL passed); take the lock anew", quoteLock(l.ns, k.Name), ErrNotHeld)
 	}
 	g.Slot = t.slot
@@ -426,12 +496,25 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// checkName refuses names no store keeps alike: empty, too long, with a NUL
+// byte (Postgres text refuses it) or not UTF-8 (Postgres refuses it; the
+// other stores would keep bytes Postgres cannot).
 func checkName(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: empty lock name; name the resource the lock guards", ErrInvalid)
 	case len(name) > MaxName:
 		return fmt.Errorf("%w: lock name %.32q... is %d bytes, more than %d; shorten it or hash it", ErrInvalid, name, len(name), MaxName)
+	}
+	return checkText("lock name", name)
+}
+
+func checkText(what, s string) error {
+	switch {
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%w: %s %q holds a NUL byte, which no store keeps alike; leave it out or encode the name (hex, base64)", ErrInvalid, what, s)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s %q is not valid UTF-8, which no store keeps alike; encode the name (hex, base64)", ErrInvalid, what, s)
 	}
 	return nil
 }

@@ -78,6 +78,9 @@ func NewSQL(ctx context.Context, db *sql.DB, o SQLOptions) (*SQL, error) {
 	if (o.Listener == nil) != (o.Hub == nil) {
 		return nil, fmt.Errorf("%w: lock.NewSQL: give SQLOptions.Listener and SQLOptions.Hub together, or neither", ErrInvalid)
 	}
+	if err := db.PingContext(ctx); err != nil {
+		return nil, fmt.Errorf("lock: the %s database is unreachable (check its URL, and that the server runs and accepts this client): %w", d, err)
+	}
 	var probe int
 	err = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM (SELECT 1 FROM "+dialect.LockTable+" LIMIT 1) AS t").Scan(&probe)
 	if err != nil {

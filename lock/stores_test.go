@@ -68,7 +68,24 @@ var postgresBackend = backend{name: "postgres", open: func(t testing.TB) func(t 
 		}
 		return openSQL(t, u, false)
 	}
+}, proxied: func(t testing.TB) (lock.Store, lock.Store, *proxy) {
+	u := postgresSchema(t)
+	direct := openSQL(t, u, true)
+	cut, p := postgresProxied(t, u)
+	return direct, cut, p
 }}
+
+// postgresProxied opens a store on the test's schema through a proxy the
+// test can cut.
+func postgresProxied(t testing.TB, u string) (lock.Store, *proxy) {
+	pu, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newProxy(t, pu.Host)
+	pu.Host = p.addr()
+	return openSQL(t, pu.String(), false), p
+}
 
 // postgresSchema creates a schema for the test, drops it at cleanup, and
 // returns a URL whose connections use it.
@@ -135,6 +152,21 @@ func TestNewSQLWithoutTable(t *testing.T) {
 	}
 }
 
+// NewSQL on a Postgres that does not answer says the database is
+// unreachable, not that the table is missing.
+func TestNewSQLUnreachable(t *testing.T) {
+	db, _, err := dialect.Open("postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_, err = lock.NewSQL(context.Background(), db, lock.SQLOptions{})
+	if err == nil || !strings.Contains(err.Error(), "database is unreachable") || strings.Contains(err.Error(), "ApplyLocks") {
+		t.Fatalf("NewSQL on an unreachable Postgres: %v", err)
+	}
+	t.Log(err)
+}
+
 func TestRedis(t *testing.T) {
 	if os.Getenv("REDIS_TEST_URL") == "" {
 		t.Skip("REDIS_TEST_URL is not set: skipping the Redis lock store")
@@ -148,6 +180,24 @@ var redisBackend = backend{name: "redis", open: func(t testing.TB) func(t testin
 	prefix := "test:" + unique() + ":"
 	t.Cleanup(func() { redisCleanup(t, prefix) })
 	return func(t testing.TB) lock.Store { return openRedis(t, prefix) }
+}, proxied: func(t testing.TB) (lock.Store, lock.Store, *proxy) {
+	prefix := "test:" + unique() + ":"
+	t.Cleanup(func() { redisCleanup(t, prefix) })
+	direct := openRedis(t, prefix)
+	opt, err := redis.ParseURL(os.Getenv("REDIS_TEST_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newProxy(t, opt.Addr)
+	opt.Addr = p.addr()
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	s, err := lock.NewRedis(context.Background(), c, lock.RedisOptions{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return direct, s, p
 }}
 
 func redisClient(t testing.TB) *redis.Client {
@@ -244,7 +294,7 @@ func TestPostgresSharedListener(t *testing.T) {
 		t.Fatal("listener not ready")
 	}
 	tried := make(chan struct{}, 10)
-	holder, waiter := locker(t, holderStore, "shared"), locker(t, &observed{waiterStore, tried}, "shared")
+	holder, waiter := locker(t, holderStore, "shared"), locker(t, &observed{waiterStore, tried, nil}, "shared")
 	h := mustTake(t, holder, "k", lock.Options{TTL: time.Minute})
 	got := make(chan time.Time, 1)
 	go func() {
@@ -270,10 +320,12 @@ func TestPostgresSharedListener(t *testing.T) {
 	}
 }
 
-// observed signals each failed Acquire of the store it wraps.
+// observed signals each failed Acquire of the store it wraps, and each
+// error on errs when it is set.
 type observed struct {
 	lock.Store
 	failed chan struct{}
+	errs   chan error
 }
 
 func (o *observed) Acquire(ctx context.Context, k lock.Key, secret string, ttl time.Duration, n int) (lock.Grant, error) {
@@ -281,6 +333,12 @@ func (o *observed) Acquire(ctx context.Context, k lock.Key, secret string, ttl t
 	if err == nil && !g.Acquired {
 		select {
 		case o.failed <- struct{}{}:
+		default:
+		}
+	}
+	if err != nil && o.errs != nil {
+		select {
+		case o.errs <- err:
 		default:
 		}
 	}

@@ -22,6 +22,9 @@ import (
 type backend struct {
 	name string
 	open func(t testing.TB) func(t testing.TB) lock.Store
+	// proxied, for stores behind a network, opens two stores on one place:
+	// the first direct, the second through a proxy the test can cut.
+	proxied func(t testing.TB) (direct, cut lock.Store, p *proxy)
 }
 
 // runSuite runs the conformance suite against every backend.
@@ -47,6 +50,12 @@ func runSuite(t *testing.T, b backend) {
 		t.Run(b.name+"/"+tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.fn(t, b.open(t))
+		})
+	}
+	if b.proxied != nil {
+		t.Run(b.name+"/RidesOutCut", func(t *testing.T) {
+			t.Parallel()
+			testRidesOutCut(t, b.proxied)
 		})
 	}
 }
@@ -154,7 +163,7 @@ func testThreeAtATime(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	const retry = 20 * time.Second // a waiter that needed its retry delay would fail the test
 	opts := lock.Options{MaxHolders: 3, TTL: time.Minute, Wait: time.Minute, RetryDelay: retry}
 	failed := make(chan struct{}, 100)
-	lockers := []*lock.Locker{locker(t, &observed{newStore(t), failed}, "sem"), locker(t, &observed{newStore(t), failed}, "sem")}
+	lockers := []*lock.Locker{locker(t, &observed{newStore(t), failed, nil}, "sem"), locker(t, &observed{newStore(t), failed, nil}, "sem")}
 	type in struct {
 		who  int
 		at   time.Time
@@ -275,6 +284,11 @@ func testWaiterPastWait(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	if !strings.Contains(err.Error(), "wait/report") {
 		t.Errorf("error text %q does not name the lock", err)
 	}
+	// One try, one place: the error counts them in words that read.
+	_, _, err = b.Take(ctx, "report", lock.Options{MustAcquire: true})
+	if err == nil || !strings.Contains(err.Error(), "after 1 try in") || !strings.Contains(err.Error(), "its one place is held") {
+		t.Errorf("error of one try on a mutex: %v", err)
+	}
 	// Tries alone bounds a wait too.
 	_, ok, err = b.Take(ctx, "report", lock.Options{Tries: 3, RetryDelay: 10 * time.Millisecond, MustAcquire: true})
 	if ok || !errors.As(err, &na) || na.Tries != 3 {
@@ -309,8 +323,8 @@ func testCrashedHolder(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	if err := crashed.Release(ctx, h.Token); !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("release by the expired holder: %v, want ErrNotHeld", err)
 	}
-	if _, ok, err := crashed.Take(ctx, "job", lock.Options{Token: h.Token, TTL: time.Minute}); ok || !errors.Is(err, lock.ErrNotHeld) {
-		t.Errorf("extension by the expired holder: ok=%v err=%v, want ErrNotHeld", ok, err)
+	if _, err := crashed.Extend(ctx, h.Token, time.Minute); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("extension by the expired holder: %v, want ErrNotHeld", err)
 	}
 	// Its failed release changed nothing: the place is still the next's.
 	mustNotTake(t, crashed, "job", lock.Options{})
@@ -319,16 +333,16 @@ func testCrashedHolder(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	}
 }
 
-// Taking again with the token keeps the place past the first TTL, with the
-// same fence.
+// Extend keeps the place past the first TTL, with the same fence; it fails
+// on a hold that has ended.
 func testExtension(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	ctx := ctxT(t)
 	a, b := locker(t, newStore(t), "ext"), locker(t, newStore(t), "ext")
 	const ttl = 300 * time.Millisecond
 	h := mustTake(t, a, "batch", lock.Options{TTL: ttl})
-	e, ok, err := a.Take(ctx, "batch", lock.Options{Token: h.Token, TTL: time.Minute})
-	if err != nil || !ok {
-		t.Fatalf("extend: ok=%v err=%v", ok, err)
+	e, err := a.Extend(ctx, h.Token, time.Minute)
+	if err != nil {
+		t.Fatalf("extend: %v", err)
 	}
 	if e.Fence != h.Fence || e.Token != h.Token || e.Slot != h.Slot {
 		t.Errorf("extension changed the hold: %+v -> %+v", h, e)
@@ -338,17 +352,20 @@ func testExtension(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	}
 	// Wait three first TTLs: the extended hold still keeps the place.
 	start := time.Now()
-	_, ok, err = b.Take(ctx, "batch", lock.Options{Wait: 3 * ttl, RetryDelay: 50 * time.Millisecond})
+	_, ok, err := b.Take(ctx, "batch", lock.Options{Wait: 3 * ttl, RetryDelay: 50 * time.Millisecond})
 	if err != nil || ok {
 		t.Fatalf("took the place %v after its hold was extended: ok=%v err=%v", time.Since(start), ok, err)
 	}
 	if err := a.Release(ctx, h.Token); err != nil {
 		t.Fatalf("release of the extended hold: %v", err)
 	}
-	// A token of another name is refused.
+	// A released hold cannot be extended, nor can a hold with a bad TTL.
+	if _, err := a.Extend(ctx, h.Token, time.Minute); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("extension of a released hold: %v, want ErrNotHeld", err)
+	}
 	h2 := mustTake(t, a, "other", lock.Options{})
-	if _, _, err := a.Take(ctx, "batch", lock.Options{Token: h2.Token}); !errors.Is(err, lock.ErrInvalid) {
-		t.Errorf("extension of %q with the token of %q: %v", "batch", "other", err)
+	if _, err := a.Extend(ctx, h2.Token, -time.Second); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("extension with a negative TTL: %v, want ErrInvalid", err)
 	}
 }
 
@@ -365,7 +382,7 @@ func testFenceGrows(t *testing.T, newStore func(t testing.TB) lock.Store) {
 			t.Fatalf("acquisition %d: fence %d after %d", i, h.Fence, last)
 		}
 		last = h.Fence
-		e, _, err := l.Take(ctx, "row", lock.Options{Token: h.Token, MaxHolders: 2})
+		e, err := l.Extend(ctx, h.Token, 0)
 		if err != nil || e.Fence != h.Fence {
 			t.Fatalf("extension: fence %d -> %d, err %v", h.Fence, e.Fence, err)
 		}
@@ -388,7 +405,7 @@ func testNamespaces(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	if err := b.Release(ctx, ha.Token); !errors.Is(err, lock.ErrWrongNamespace) {
 		t.Fatalf("release in b with a's token: %v, want ErrWrongNamespace", err)
 	}
-	if _, _, err := b.Take(ctx, "order:7", lock.Options{Token: ha.Token}); !errors.Is(err, lock.ErrWrongNamespace) {
+	if _, err := b.Extend(ctx, ha.Token, 0); !errors.Is(err, lock.ErrWrongNamespace) {
 		t.Fatalf("extension in b with a's token: %v, want ErrWrongNamespace", err)
 	}
 	mustNotTake(t, locker(t, newStore(t), "tenant-a"), "order:7", lock.Options{})
@@ -416,7 +433,8 @@ func testBadInput(t *testing.T, newStore func(t testing.TB) lock.Store) {
 		{"held", lock.Options{TTL: -time.Second}, "Options.TTL"},
 		{"held", lock.Options{MaxHolders: -1}, "Options.MaxHolders"},
 		{"held", lock.Options{Wait: -1}, "Options.Wait"},
-		{"held", lock.Options{Token: "nonsense"}, "not a lock token"},
+		{"a\x00b", lock.Options{}, "NUL byte"},
+		{"caf\xe9", lock.Options{}, "not valid UTF-8"},
 	} {
 		_, ok, err := l.Take(ctx, tc.name, tc.o)
 		if ok || !errors.Is(err, lock.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
@@ -431,6 +449,9 @@ func testBadInput(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	if err := l.Release(ctx, "v1.x"); !errors.Is(err, lock.ErrInvalid) {
 		t.Errorf("release with a malformed token: %v", err)
 	}
+	if _, err := l.Extend(ctx, "nonsense", 0); !errors.Is(err, lock.ErrInvalid) || !strings.Contains(err.Error(), "not a lock token") {
+		t.Errorf("extension with a malformed token: %v", err)
+	}
 	// Nothing changed: the hold is still there, and still releases once.
 	mustNotTake(t, locker(t, newStore(t), "bad"), "held", lock.Options{})
 	if err := l.Release(ctx, h.Token); err != nil {
@@ -441,6 +462,11 @@ func testBadInput(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	}
 	if _, err := lock.New(newStore(t), lock.Config{Namespace: strings.Repeat("n", lock.MaxName+1)}); !errors.Is(err, lock.ErrInvalid) {
 		t.Errorf("overlong namespace: %v", err)
+	}
+	for _, ns := range []string{"a\x00b", "\xff"} {
+		if _, err := lock.New(newStore(t), lock.Config{Namespace: ns}); !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("namespace %q: %v, want ErrInvalid", ns, err)
+		}
 	}
 }
 
@@ -620,4 +646,65 @@ func testReclaimed(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	if left > bound || held > bound {
 		t.Errorf("after %d released and %d expired holds the store keeps %d entries and the locker %d tokens; want at most %d (1%%)", n, n, left, held, bound)
 	}
+}
+
+// A waiting Take rides out a cut of its store's connections: with Wait 20s
+// it takes the place once the cut is over and the holder releases. A take
+// whose wait ends while the store still fails says so, after its wait.
+func testRidesOutCut(t *testing.T, open func(t testing.TB) (lock.Store, lock.Store, *proxy)) {
+	ctx := ctxT(t)
+	direct, cut, p := open(t)
+	failed, errs := make(chan struct{}, 100), make(chan error, 100)
+	holder, waiter := locker(t, direct, "cut"), locker(t, &observed{cut, failed, errs}, "cut")
+	h := mustTake(t, holder, "k", lock.Options{TTL: time.Minute})
+	type result struct {
+		ok  bool
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, ok, err := waiter.Take(ctx, "k", lock.Options{Wait: 20 * time.Second, RetryDelay: 100 * time.Millisecond})
+		done <- result{ok, err}
+	}()
+	recv2(t, failed, "failed try of the waiter")
+	const outage = time.Second
+	p.cut(outage)
+	var first error
+	select {
+	case first = <-errs:
+	case r := <-done:
+		t.Fatalf("the waiter ended during the cut: ok=%v err=%v", r.ok, r.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter's store saw no error from the cut")
+	}
+	time.Sleep(outage) // the rest of the cut: the waiter retries against it
+	if err := holder.Release(ctx, h.Token); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || !r.ok {
+			t.Fatalf("after a %v cut (first error: %v) the waiter with Wait 20s: ok=%v err=%v", outage, first, r.ok, r.err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiter did not take the place within 15s of the cut's end")
+	}
+	t.Logf("rode out a %v cut; first error: %v", outage, first)
+
+	// A wait that ends while the store still fails reports the failure, at
+	// the end of its wait and not at the first error.
+	mustTake(t, holder, "k2", lock.Options{TTL: time.Minute})
+	p.cut(time.Hour)
+	const wait = 500 * time.Millisecond
+	start := time.Now()
+	_, ok, err := waiter.Take(ctx, "k2", lock.Options{Wait: wait, RetryDelay: 50 * time.Millisecond})
+	took := time.Since(start)
+	if ok || err == nil || errors.Is(err, lock.ErrNotAcquired) || !strings.Contains(err.Error(), "store failed") {
+		t.Fatalf("take with the store down: ok=%v err=%v, want the store's failure", ok, err)
+	}
+	if took < wait {
+		t.Fatalf("take with the store down gave up after %v, before its wait of %v", took, wait)
+	}
+	t.Logf("store down through a wait of %v: %v after %v", wait, err, took.Round(time.Millisecond))
+	p.cut(0)
 }

@@ -25,8 +25,8 @@ import (
 // PostgresEnv is the variable that points the tests at a Postgres server.
 const PostgresEnv = testdb.PostgresEnv
 
-// ContainerImage is the Postgres that tests built with the containers tag
-// start (once per test binary) when PostgresEnv is unset.
+// ContainerImage is the Postgres that test binaries importing
+// inboxtest/containers start (once each) when PostgresEnv is unset.
 const ContainerImage = testdb.ContainerImage
 
 // SQLite returns the URL of a fresh in-memory SQLite database, named for
@@ -40,8 +40,9 @@ func SQLite(t testing.TB) string {
 // Postgres returns the URL of a schema of its own on the server named by
 // POSTGRES_TEST_URL (the URL sets search_path to it, so unqualified names
 // land there), dropped with everything in it at cleanup. Without the
-// variable, a test binary built with the tag containers starts one Postgres
-// (ContainerImage) with testcontainers and every test of the binary takes a
+// variable, a test binary that imports inboxtest/containers (a module of its
+// own: go get github.com/sqlinbox/sqlinbox/inboxtest/containers) starts one
+// Postgres (ContainerImage) in Docker and every test of the binary takes a
 // schema on it; otherwise the test is skipped, saying what to set.
 func Postgres(t testing.TB) string {
 	t.Helper()

@@ -88,7 +88,7 @@ func Example() {
 // The same kind of test on Postgres, with two instances claiming from one
 // table: each email goes exactly once and no row is held by both at once.
 // inboxtest.Postgres gives the test a schema of its own on the server in
-// POSTGRES_TEST_URL, or, built with -tags containers, on a Postgres it
+// POSTGRES_TEST_URL, or, with inboxtest/containers imported, on a Postgres it
 // starts in Docker; otherwise the test is skipped.
 func Example_postgres() {
 	asTest(func(t testing.TB) {

@@ -1,8 +1,8 @@
 // Package testdb gives each test a database of its own: SQLite in memory,
-// or a Postgres schema on the server in POSTGRES_TEST_URL or (build tag
-// containers) in a container. Users reach it through inboxtest; it lives
-// here so the library's own internal tests, which inboxtest cannot serve
-// (it imports inbox), share it.
+// or a Postgres schema on the server in POSTGRES_TEST_URL or (with package
+// inboxtest/containers imported) in a container. Users reach it through
+// inboxtest; it lives here so the library's own internal tests, which
+// inboxtest cannot serve (it imports inbox), share it.
 package testdb
 
 import (
@@ -23,9 +23,15 @@ import (
 // PostgresEnv is the variable that points the tests at a Postgres server.
 const PostgresEnv = "POSTGRES_TEST_URL"
 
-// ContainerImage is the Postgres that tests built with the containers tag
-// start (once per test binary) when PostgresEnv is unset.
+// ContainerImage is the Postgres that package inboxtest/containers starts
+// (once per test binary) when PostgresEnv is unset.
 const ContainerImage = "postgres:15-alpine"
+
+// Container, when set, returns the URL of a Postgres server for tests to
+// take schemas on when PostgresEnv is unset. Package inboxtest/containers
+// (a module of its own, so the container's dependencies reach only those
+// who import it) sets it to start one in Docker.
+var Container func(t testing.TB) string
 
 // SQLite returns the URL of a fresh in-memory SQLite database, named for
 // this test alone, that every pool the test opens with it shares. It lives
@@ -38,17 +44,17 @@ func SQLite(t testing.TB) string {
 // Postgres returns the URL of a schema of its own on the server named by
 // POSTGRES_TEST_URL (the URL sets search_path to it, so unqualified names
 // land there), dropped with everything in it at cleanup. Without the
-// variable, a test binary built with the tag containers starts one Postgres
-// (ContainerImage) with testcontainers and every test of the binary takes a
+// variable, a test binary that imports inboxtest/containers starts one
+// Postgres (ContainerImage) in Docker and every test of the binary takes a
 // schema on it; otherwise the test is skipped, saying what to set.
 func Postgres(t testing.TB) string {
 	t.Helper()
 	base := os.Getenv(PostgresEnv)
-	if base == "" {
-		base = containerURL(t)
+	if base == "" && Container != nil {
+		base = Container(t)
 	}
 	if base == "" {
-		t.Skipf("%s is not set: skipping a Postgres test (set it, e.g. %s=postgres://postgres@127.0.0.1:5432/test?sslmode=disable, or build with -tags containers on a machine with Docker)", PostgresEnv, PostgresEnv)
+		t.Skipf("%s is not set: skipping a Postgres test (set it, e.g. %s=postgres://postgres@127.0.0.1:5432/test?sslmode=disable, or import github.com/sqlinbox/sqlinbox/inboxtest/containers in a test file to start one in Docker)", PostgresEnv, PostgresEnv)
 	}
 	schema := "t_" + uniqueName(t)
 	db, _, err := dialect.Open(base)

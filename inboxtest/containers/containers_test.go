@@ -1,0 +1,16 @@
+package containers_test
+
+import (
+	"testing"
+
+	_ "github.com/sqlinbox/sqlinbox/inboxtest/containers"
+	"github.com/sqlinbox/sqlinbox/internal/testdb"
+)
+
+// Importing the package is all a user does: inboxtest then starts Postgres
+// in Docker when POSTGRES_TEST_URL is unset.
+func TestImportHandsInboxtestTheContainer(t *testing.T) {
+	if testdb.Container == nil {
+		t.Fatal("importing inboxtest/containers left inboxtest without a container to start")
+	}
+}

@@ -1,7 +1,8 @@
 // Package dashboard is sqlinbox's web dashboard: an http.Handler that shows
 // every registered queue (rows by state, handlings a minute over the last
 // hour, instances alive and gone) and lets an operator unpark, delete, run
-// now, pause and resume. It reads the registry that Service.Register keeps
+// now, pause and resume; and the locks held in the SQL lock store and the
+// schedules' members, latest moments and open shares on the same database. It reads the registry that Service.Register keeps
 // (create its tables with migrations.ApplyRegistry), so it needs no column
 // names. Pages are rendered on the server with html/template, assets are
 // embedded, and counts refresh every few seconds without a reload.
@@ -21,6 +22,7 @@
 package dashboard
 
 import (
+	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
@@ -88,6 +90,7 @@ type Handler struct {
 	cfg     Config
 	op      *inbox.Operator
 	dialect string
+	db      *sql.DB
 	pages   map[string]*template.Template
 	static  http.Handler
 	mux     *http.ServeMux
@@ -107,9 +110,11 @@ func New(b *inbox.Broker, cfg Config) (*Handler, error) {
 		return nil, err
 	}
 	sub, _ := fs.Sub(staticFiles, "static")
-	h := &Handler{cfg: cfg, op: inbox.NewOperator(b), dialect: b.Dialect(), pages: pages, static: http.FileServerFS(sub), mux: http.NewServeMux()}
+	h := &Handler{cfg: cfg, op: inbox.NewOperator(b), dialect: b.Dialect(), db: b.DB(), pages: pages, static: http.FileServerFS(sub), mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET /{$}", h.overview)
 	h.mux.HandleFunc("GET /queue", h.queue)
+	h.mux.HandleFunc("GET /locks", h.locks)
+	h.mux.HandleFunc("GET /schedules", h.schedules)
 	h.mux.HandleFunc("POST /action", h.action)
 	h.mux.Handle("GET /static/", http.StripPrefix("/static", h.static))
 	return h, nil

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -196,4 +197,12 @@ func (s *site) seedMinutes() {
 			}
 		}
 	}
+}
+
+// postgresOrSQLite is Postgres where POSTGRES_TEST_URL is set, else SQLite.
+func postgresOrSQLite(t testing.TB) string {
+	if os.Getenv("POSTGRES_TEST_URL") != "" {
+		return inboxtest.Postgres(t)
+	}
+	return inboxtest.SQLite(t)
 }

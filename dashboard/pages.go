@@ -16,6 +16,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/lock"
+	"github.com/sqlinbox/sqlinbox/schedule"
 )
 
 // page is what every template gets.
@@ -31,6 +33,9 @@ type page struct {
 	States                        []string
 	State, SearchID, Next         string
 	PageSize                      int
+	Err                           string
+	Places                        []lock.Place
+	Schedules                     schedule.Status
 }
 
 type queueView struct {
@@ -247,7 +252,7 @@ func (h *Handler) render(w http.ResponseWriter, name string, p *page) {
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{"ago": ago}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "queue"} {
+	for _, name := range []string{"overview", "queue", "locks", "schedules"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: template %s: %w", name, err)

@@ -1,18 +1,19 @@
 // Command shop is the two custom calls of a shop, kept in order by locks:
-// "send invoice" runs once per order however many calls ask at once, and
-// "charge payment" keeps a payment service that takes three calls at a time
-// to three. Two instances, each with its own database pool and locker, serve
-// one address behind a round robin, so the locks are what keeps them apart.
+// "send invoice" runs once per order however many calls ask, on whichever
+// server, and "charge payment" keeps a payment service that takes three
+// calls at a time to three. Each server is a process with its own database
+// pool, locker and scheduler; the servers share one database (a SQLite file
+// or Postgres), so the locks are what keeps them apart.
 //
 // Beside the calls, the schedule pack_orders fires every 10 seconds in every
-// worker of both instances: each run packs the paid orders whose number
-// modulo Workers is its Worker, each under the order's lock, and the program
-// prints each moment's runs.
+// worker of every server: each run packs the paid orders whose number modulo
+// Workers is its Worker, each under the order's lock, and the server prints
+// each run.
 //
-//	go run ./examples/shop                        # embedded SQLite, http://127.0.0.1:8080
-//	go run ./examples/shop --demo                 # fire both scenarios at itself, pack the orders, print it all
+//	go run ./examples/shop --demo                 # two servers as two processes on a fresh SQLite file: fire both scenarios, pack the orders, stop them
 //	go run ./examples/shop --demo --pack-every 2s --pack-workers 3 --orders 50
-//	go run ./examples/shop --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+//	go run ./examples/shop --demo --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+//	go run ./examples/shop --name shop-a --addr 127.0.0.1:8080 --db sqlite://shop.db   # one server; start another with its own name and address
 package main
 
 import (
@@ -21,86 +22,99 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/clock"
-	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/lock"
 	"github.com/sqlinbox/sqlinbox/migrations"
 	"github.com/sqlinbox/sqlinbox/schedule"
 )
 
 func main() {
-	dbURL := flag.String("db", "sqlite://:memory:shop", "database URL: sqlite://path.db, sqlite://:memory:NAME or postgres://...")
-	addr := flag.String("addr", "127.0.0.1:8080", "address to serve")
-	demo := flag.Bool("demo", false, "fire three invoice calls and six charges at the shop, print the answers, wait until pack_orders packed every paid order, and exit")
+	dbURL := flag.String("db", "", "database URL: sqlite://path.db or postgres://...; default sqlite://shop.db, or a fresh file for --demo")
+	addr := flag.String("addr", "127.0.0.1:8080", "address to serve (port 0: any free port)")
+	name := flag.String("name", "shop-a", "this server's instance name, unique among the servers sharing the database")
+	demo := flag.Bool("demo", false, "start two servers as two processes on one database, fire both scenarios at them, wait until pack_orders packed every paid order, stop them with SIGTERM and exit")
 	packEvery := flag.Duration("pack-every", DefaultPackEvery, "how often pack_orders fires")
-	workers := flag.Int("pack-workers", 2, "pack_orders runs per instance at each moment")
+	workers := flag.Int("pack-workers", 2, "pack_orders runs per server at each moment")
 	orders := flag.Int("orders", 20, "orders to seed (1..N; every fifth unpaid) for pack_orders to pack")
 	flag.Parse()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// SIGTERM (what a service manager sends) ends a server as Ctrl-C does:
+	// the schedule stops and removes its heartbeats, the listener closes.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	packs := &countingPacker{next: slowPacker{delay: 20 * time.Millisecond}}
-	moments := newMomentPrinter(os.Stdout)
-	s, err := start(ctx, config{
-		DB:        *dbURL,
-		Invoices:  slowInvoices{delay: 500 * time.Millisecond},
-		Payments:  &slowPayments{delay: time.Second},
-		Packer:    packs,
-		PackEvery: *packEvery,
-		Workers:   *workers,
-		Report:    moments.add,
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer s.Close()
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		log.Fatal(err)
-	}
-	srv := &http.Server{Handler: s.Handler}
-	go srv.Serve(ln)
-	base := "http://" + ln.Addr().String()
-	// Orders are seeded once both instances are in pack_orders' membership,
-	// so every moment that finds orders shares them between both.
-	seed := func() {
-		if err := seedOrders(ctx, s.DB, s.Dialect, 1, *orders); err != nil {
-			s.Close()
-			log.Fatal(err)
-		}
-	}
 	if *demo {
-		runDemo(base)
-		fmt.Printf("Pack orders: %d orders, every fifth unpaid; pack_orders every %v, %d runs per instance\n", *orders, *packEvery, *workers)
-		seed()
-		err := awaitPacked(ctx, s, moments, packs, 3**packEvery+30*time.Second)
-		srv.Shutdown(context.Background())
-		if err != nil {
-			s.Close()
+		if err := runDemo(ctx, demoConfig{DB: *dbURL, PackEvery: *packEvery, Workers: *workers, Orders: *orders}); err != nil {
 			log.Fatal(err)
 		}
 		return
 	}
-	seed()
-	log.Printf("shop: two instances on %s (database %s); pack_orders every %v; try:\n  curl -X POST %s/orders/1001/invoice\n  curl -X POST %s/orders/1001/charge", base, *dbURL, *packEvery, base, base)
+	if *dbURL == "" {
+		*dbURL = "sqlite://shop.db"
+	}
+	if err := serve(ctx, *name, *addr, *dbURL, *packEvery, *workers, *orders); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// serve runs one server until ctx ends, then stops it: its schedule leaves
+// (its heartbeats are deleted) and its listener closes.
+func serve(ctx context.Context, name, addr, dbURL string, every time.Duration, workers, orders int) error {
+	var out sync.Mutex
+	s, err := start(ctx, config{
+		DB:        dbURL,
+		Names:     []string{name},
+		Invoices:  slowInvoices{delay: 500 * time.Millisecond},
+		Payments:  &slowPayments{delay: time.Second},
+		Packer:    slowPacker{delay: 20 * time.Millisecond},
+		PackEvery: every,
+		Workers:   workers,
+		Report: func(p Packing) {
+			out.Lock()
+			defer out.Unlock()
+			fmt.Println(p)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := seedOrders(ctx, s.DB, s.SQL, 1, orders); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: s.Handler}
+	go srv.Serve(ln)
+	fmt.Printf("shop: %s listening on http://%s (database %s); pack_orders every %v; try:\n  curl -X POST http://%s/orders/1001/invoice\n",
+		name, ln.Addr(), dbURL, every, ln.Addr())
 	<-ctx.Done()
 	srv.Shutdown(context.Background())
+	if err := s.Close(); err != nil {
+		return fmt.Errorf("shop: %s: stop: %w", name, err)
+	}
+	fmt.Printf("shop: %s stopped: pack_orders left, its heartbeats deleted\n", name)
+	return nil
 }
 
 // config is what start needs: the database and the stand-ins for the
 // services the shop calls, and the packing schedule's pace.
 type config struct {
-	DB       string
+	DB string
+	// Names are the instances to start in this process, each with its own
+	// pool, locker and scheduler; nil means shop-a and shop-b.
+	Names    []string
 	Invoices InvoiceSender
 	Payments PaymentService
 	Packer   Packer
@@ -119,13 +133,14 @@ type config struct {
 	Report func(Packing)
 }
 
-// shop is the two running instances.
+// shop is the instances running in this process.
 type shop struct {
-	// Handler serves both instances behind a round robin.
+	// Handler serves the instances behind a round robin.
 	Handler http.Handler
-	// DB and Dialect are the first instance's pool, for seeding and checks.
-	DB      *sql.DB
-	Dialect *dialect.Dialect
+	// DB and SQL are the first instance's pool and the shop's statements,
+	// for seeding and checks.
+	DB  *sql.DB
+	SQL Statements
 	// Names are the instances' names, in order.
 	Names []string
 
@@ -133,23 +148,28 @@ type shop struct {
 	closers   []func() error
 }
 
-// Close stops both instances' schedules, then their lockers and pools.
-func (s *shop) Close() {
+// Close stops the instances' schedules (each deletes its heartbeats), then
+// their lockers and pools. Only the first call does it and reports.
+func (s *shop) Close() error {
+	var errs []error
 	s.closeOnce.Do(func() {
 		for i := len(s.closers) - 1; i >= 0; i-- {
-			s.closers[i]()
+			errs = append(errs, s.closers[i]())
 		}
 	})
+	return errors.Join(errs...)
 }
 
-// start opens two instances of the shop over one database, each with a
-// pool, a locker and a scheduler of its own, and serves them on one
-// handler.
+// start opens instances of the shop over one database, each with a pool, a
+// locker and a scheduler of its own, and serves them on one handler.
 func start(ctx context.Context, cfg config) (_ *shop, err error) {
-	s := &shop{Names: []string{"shop-a", "shop-b"}}
+	s := &shop{Names: cfg.Names, SQL: statementsFor(cfg.DB)}
+	if len(s.Names) == 0 {
+		s.Names = []string{"shop-a", "shop-b"}
+	}
 	defer func() {
 		if err != nil {
-			s.Close()
+			_ = s.Close()
 		}
 	}()
 	every := cfg.PackEvery
@@ -158,14 +178,14 @@ func start(ctx context.Context, cfg config) (_ *shop, err error) {
 	}
 	var handlers []http.Handler
 	for i, name := range s.Names {
-		db, d, err := dialect.Open(cfg.DB)
+		db, err := inbox.OpenDB(cfg.DB)
 		if err != nil {
 			return nil, err
 		}
 		s.closers = append(s.closers, db.Close)
 		if i == 0 {
-			s.DB, s.Dialect = db, d
-			for _, apply := range []func(context.Context, *sql.DB) error{migrations.ApplyLocks, migrations.ApplySchedules, applyOrders} {
+			s.DB = db
+			for _, apply := range []func(context.Context, *sql.DB) error{migrations.ApplyLocks, migrations.ApplySchedules, applyShop} {
 				if err := apply(ctx, db); err != nil {
 					return nil, err
 				}
@@ -180,13 +200,13 @@ func start(ctx context.Context, cfg config) (_ *shop, err error) {
 		if err != nil {
 			return nil, err
 		}
-		handlers = append(handlers, (&Shop{Name: name, Locker: l, Invoices: cfg.Invoices, Payments: cfg.Payments}).Handler())
+		handlers = append(handlers, (&Shop{Name: name, DB: db, SQL: s.SQL, Locker: l, Invoices: cfg.Invoices, Payments: cfg.Payments}).Handler())
 
 		sched, err := schedule.New(db, schedule.Config{Instance: name, Workers: cfg.Workers, Clock: cfg.Clock, Heartbeat: cfg.Heartbeat})
 		if err != nil {
 			return nil, err
 		}
-		p := newPacker(db, d, l, cfg.Packer, cfg.Report)
+		p := newPacker(db, s.SQL, l, cfg.Packer, cfg.Report)
 		if err := sched.Add(PackSchedule, schedule.Every(every), schedule.EveryWorker, p.run); err != nil {
 			return nil, err
 		}
@@ -201,41 +221,4 @@ func start(ctx context.Context, cfg config) (_ *shop, err error) {
 	}
 	s.Handler = RoundRobin(handlers...)
 	return s, nil
-}
-
-// runDemo fires both scenarios and prints each answer as it comes.
-func runDemo(base string) {
-	fire := func(title, path string, n int) {
-		fmt.Println(title)
-		start := time.Now()
-		var wg sync.WaitGroup
-		for range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				code, body, inst, err := post(base + path)
-				if err != nil {
-					fmt.Printf("  %6v  error: %v\n", time.Since(start).Round(time.Millisecond), err)
-					return
-				}
-				fmt.Printf("  %6v  %d from %s: %s\n", time.Since(start).Round(time.Millisecond), code, inst, body)
-			}()
-		}
-		wg.Wait()
-	}
-	fire("Send invoice: three calls at once for order 1001", "/orders/1001/invoice", 3)
-	fire("Charge payment: six calls at once, the payment service takes three", "/orders/1002/charge", 6)
-}
-
-func post(u string) (int, string, string, error) {
-	resp, err := http.Post(u, "text/plain", nil)
-	if err != nil {
-		return 0, "", "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, "", "", errors.Join(err)
-	}
-	return resp.StatusCode, strings.TrimSpace(string(b)), resp.Header.Get("X-Instance"), nil
 }

@@ -4,9 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"regexp"
+	"strings"
 	"time"
 
-	"github.com/sqlinbox/sqlinbox/internal/dialect"
 	"github.com/sqlinbox/sqlinbox/lock"
 	"github.com/sqlinbox/sqlinbox/schedule"
 )
@@ -22,14 +23,51 @@ const DefaultPackEvery = 10 * time.Second
 // order for a later moment after this long.
 const PackLockTTL = time.Minute
 
-// ordersDDL is the shop's own orders table: an order is waiting to be packed
-// while it is paid and packed_by is NULL. Both engines read it alike.
-const ordersDDL = `CREATE TABLE IF NOT EXISTS shop_orders (
+// shopDDL are the shop's own tables, read alike by both engines: an order
+// is waiting to be packed while it is paid and packed_by is NULL; an
+// invoice is sent once it has a row in shop_invoices.
+var shopDDL = []string{`CREATE TABLE IF NOT EXISTS shop_orders (
 	id            BIGINT PRIMARY KEY,
 	paid          BOOLEAN NOT NULL DEFAULT FALSE,
 	packed_by     TEXT,
 	packed_worker INTEGER
-)`
+)`, `CREATE TABLE IF NOT EXISTS shop_invoices (
+	order_id BIGINT PRIMARY KEY,
+	sent_by  TEXT NOT NULL
+)`}
+
+// Statements are the shop's own SQL, written with $n placeholders and
+// rebound to ?n for SQLite.
+type Statements struct {
+	share, packedBy, mark, seed, invoiceSent, recordInvoice string
+}
+
+// IsPostgres tells a Postgres URL from a SQLite one, as inbox.OpenDB reads
+// them.
+func IsPostgres(url string) bool {
+	return strings.HasPrefix(url, "postgres://") || strings.HasPrefix(url, "postgresql://")
+}
+
+var dollar = regexp.MustCompile(`\$(\d+)`)
+
+// statementsFor writes the shop's statements for the database at url.
+func statementsFor(url string) Statements {
+	bind := func(q string) string {
+		if IsPostgres(url) {
+			return q
+		}
+		return dollar.ReplaceAllString(q, "?$1")
+	}
+	return Statements{
+		// The run's share, in SQL so only its orders travel: the ids r.Owns.
+		share:         bind(`SELECT id FROM shop_orders WHERE paid AND packed_by IS NULL AND id % $1 = $2 ORDER BY id`),
+		packedBy:      bind(`SELECT packed_by FROM shop_orders WHERE id = $1`),
+		mark:          bind(`UPDATE shop_orders SET packed_by = $1, packed_worker = $2 WHERE id = $3`),
+		seed:          bind(`INSERT INTO shop_orders (id, paid) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`),
+		invoiceSent:   bind(`SELECT sent_by FROM shop_invoices WHERE order_id = $1`),
+		recordInvoice: bind(`INSERT INTO shop_invoices (order_id, sent_by) VALUES ($1, $2) ON CONFLICT (order_id) DO NOTHING`),
+	}
+}
 
 // Packer puts an order in its box (a label, a call to the warehouse): it
 // must run once per order.
@@ -56,17 +94,11 @@ type packer struct {
 	pack   Packer
 	report func(Packing) // nil: no report
 
-	share, packedBy, mark string
+	sql Statements
 }
 
-func newPacker(db *sql.DB, d *dialect.Dialect, locker *lock.Locker, pack Packer, report func(Packing)) *packer {
-	return &packer{
-		db: db, locker: locker, pack: pack, report: report,
-		// The run's share, in SQL so only its orders travel: the ids r.Owns.
-		share:    d.Rebind(`SELECT id FROM shop_orders WHERE paid AND packed_by IS NULL AND id % $1 = $2 ORDER BY id`),
-		packedBy: d.Rebind(`SELECT packed_by FROM shop_orders WHERE id = $1`),
-		mark:     d.Rebind(`UPDATE shop_orders SET packed_by = $1, packed_worker = $2 WHERE id = $3`),
-	}
+func newPacker(db *sql.DB, stmts Statements, locker *lock.Locker, pack Packer, report func(Packing)) *packer {
+	return &packer{db: db, sql: stmts, locker: locker, pack: pack, report: report}
 }
 
 // run is the schedule's handler: it packs the paid orders of r's share, each
@@ -110,7 +142,7 @@ const (
 // orders lists the paid, unpacked orders whose number modulo r.Workers is
 // r.Worker.
 func (p *packer) orders(ctx context.Context, r schedule.Run) ([]int64, error) {
-	rows, err := p.db.QueryContext(ctx, p.share, r.Workers, r.Worker)
+	rows, err := p.db.QueryContext(ctx, p.sql.share, r.Workers, r.Worker)
 	if err != nil {
 		return nil, fmt.Errorf("pack_orders: list the share of worker %d of %d: %w", r.Worker, r.Workers, err)
 	}
@@ -142,7 +174,7 @@ func (p *packer) packOne(ctx context.Context, r schedule.Run, order int64) (outc
 	// Read again under the lock: the holder before us may have packed it
 	// between our list and our lock.
 	var by sql.NullString
-	if err := p.db.QueryRowContext(ctx, p.packedBy, order).Scan(&by); err != nil {
+	if err := p.db.QueryRowContext(ctx, p.sql.packedBy, order).Scan(&by); err != nil {
 		return 0, fmt.Errorf("pack_orders: read order %d: %w", order, err)
 	}
 	if by.Valid {
@@ -151,26 +183,27 @@ func (p *packer) packOne(ctx context.Context, r schedule.Run, order int64) (outc
 	if err := p.pack.Pack(ctx, order); err != nil {
 		return 0, fmt.Errorf("pack_orders: pack order %d: %w", order, err)
 	}
-	if _, err := p.db.ExecContext(ctx, p.mark, r.InstanceName, r.Worker, order); err != nil {
+	if _, err := p.db.ExecContext(ctx, p.sql.mark, r.InstanceName, r.Worker, order); err != nil {
 		return 0, fmt.Errorf("pack_orders: mark order %d packed: %w", order, err)
 	}
 	return packed, nil
 }
 
-// applyOrders creates the shop's orders table.
-func applyOrders(ctx context.Context, db *sql.DB) error {
-	if _, err := db.ExecContext(ctx, ordersDDL); err != nil {
-		return fmt.Errorf("shop: create shop_orders: %w", err)
+// applyShop creates the shop's tables.
+func applyShop(ctx context.Context, db *sql.DB) error {
+	for _, ddl := range shopDDL {
+		if _, err := db.ExecContext(ctx, ddl); err != nil {
+			return fmt.Errorf("shop: create the shop's tables: %w", err)
+		}
 	}
 	return nil
 }
 
 // seedOrders writes orders first..first+n-1 where they are missing; every
 // fifth is not paid yet.
-func seedOrders(ctx context.Context, db *sql.DB, d *dialect.Dialect, first int64, n int) error {
-	insert := d.Rebind(`INSERT INTO shop_orders (id, paid) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`)
+func seedOrders(ctx context.Context, db *sql.DB, stmts Statements, first int64, n int) error {
 	for i := range int64(n) {
-		if _, err := db.ExecContext(ctx, insert, first+i, i%5 != 4); err != nil {
+		if _, err := db.ExecContext(ctx, stmts.seed, first+i, i%5 != 4); err != nil {
 			return fmt.Errorf("shop: seed order %d: %w", first+i, err)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -58,7 +57,7 @@ func startPacking(t *testing.T, dbURL string) *packing {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Close)
+	t.Cleanup(func() { s.Close() })
 	p.shop = s
 	return p
 }
@@ -165,7 +164,7 @@ func TestPackOrders(t *testing.T) {
 	eachDatabase(t, func(t *testing.T, dbURL string) {
 		p := startPacking(t, dbURL)
 		ctx := context.Background()
-		if err := seedOrders(ctx, p.shop.DB, p.shop.Dialect, 1, 30); err != nil {
+		if err := seedOrders(ctx, p.shop.DB, p.shop.SQL, 1, 30); err != nil {
 			t.Fatal(err)
 		}
 		runs := p.moment()
@@ -203,7 +202,7 @@ func TestPackOrdersLeavesLockedOrder(t *testing.T) {
 	eachDatabase(t, func(t *testing.T, dbURL string) {
 		p := startPacking(t, dbURL)
 		ctx := context.Background()
-		if err := seedOrders(ctx, p.shop.DB, p.shop.Dialect, 1, 8); err != nil {
+		if err := seedOrders(ctx, p.shop.DB, p.shop.SQL, 1, 8); err != nil {
 			t.Fatal(err)
 		}
 		// Another program of the shop (its own pool, its own locker) holds
@@ -248,32 +247,20 @@ func TestPackOrdersLeavesLockedOrder(t *testing.T) {
 	})
 }
 
-// The printer holds a moment's runs until all have reported, then prints
-// them in worker order, once.
-func TestMomentPrinter(t *testing.T) {
-	var out strings.Builder
-	m := newMomentPrinter(&out)
+// A server prints one line per run, saying when it took the share over.
+func TestPackingLine(t *testing.T) {
 	at := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
-	run := func(inst string, worker int) schedule.Run {
-		return schedule.Run{Schedule: PackSchedule, FiredAt: at, Worker: worker, Workers: 3, Instances: 2, InstanceName: inst}
-	}
-	m.add(Packing{Run: run("shop-b", 2), Packed: []int64{2, 5}})
-	m.add(Packing{Run: run("shop-a", 0), Busy: []int64{3}})
-	if out.Len() != 0 {
-		t.Fatalf("printed before the moment was complete:\n%s", out.String())
-	}
-	m.add(Packing{Run: run("shop-a", 1), Packed: []int64{1, 4}})
-	want := `pack_orders at 00:00:10: 3 runs on 2 instances
-  shop-a worker 0 of 3: packed nothing, left [3] (locked elsewhere)
-  shop-a worker 1 of 3: packed [1 4]
-  shop-b worker 2 of 3: packed [2 5]
-`
-	if out.String() != want {
-		t.Fatalf("printed:\n%s\nwant:\n%s", out.String(), want)
-	}
-	select {
-	case <-m.done:
-	default:
-		t.Fatal("a complete moment raised no signal")
+	run := schedule.Run{Schedule: PackSchedule, FiredAt: at, Worker: 2, Workers: 4, Runner: 0, Runners: 2, InstanceName: "shop-a", DealtTo: "shop-b"}
+	for _, tc := range []struct {
+		p    Packing
+		want string
+	}{
+		{Packing{Run: run, Packed: []int64{2, 6}}, "pack_orders at 00:00:10: worker 2 of 4 (runner 0 of 2, taken over from shop-b): packed [2 6]"},
+		{Packing{Run: func() schedule.Run { r := run; r.DealtTo = "shop-a"; return r }(), Busy: []int64{3}},
+			"pack_orders at 00:00:10: worker 2 of 4 (runner 0 of 2): packed nothing, left [3] (locked elsewhere)"},
+	} {
+		if got := tc.p.String(); got != tc.want {
+			t.Errorf("line %q, want %q", got, tc.want)
+		}
 	}
 }

@@ -4,62 +4,28 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 )
 
-// momentPrinter prints each moment of pack_orders once all its runs, on
-// every instance, have reported: one line per run with its instance, worker
-// and the orders it packed.
-type momentPrinter struct {
-	w io.Writer
-
-	mu      sync.Mutex
-	pending map[int64][]Packing // by FiredAt in Unix nanoseconds
-	done    chan struct{}       // one buffered wake per completed moment, coalesced
-}
-
-func newMomentPrinter(w io.Writer) *momentPrinter {
-	return &momentPrinter{w: w, pending: map[int64][]Packing{}, done: make(chan struct{}, 1)}
-}
-
-// add is the packers' Report: it keeps a run until its moment is complete.
-func (m *momentPrinter) add(p Packing) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	key := p.Run.FiredAt.UnixNano()
-	runs := append(m.pending[key], p)
-	if len(runs) < p.Run.Workers {
-		m.pending[key] = runs
-		return
-	}
-	delete(m.pending, key)
-	slices.SortFunc(runs, func(a, b Packing) int { return a.Run.Worker - b.Run.Worker })
-	m.print(runs)
-	select {
-	case m.done <- struct{}{}:
-	default:
-	}
-}
-
-func (m *momentPrinter) print(runs []Packing) {
-	r0 := runs[0].Run
+// String is the line a server prints for one run of pack_orders.
+func (p Packing) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s at %s: %d runs on %d instances\n", r0.Schedule, r0.FiredAt.Format(time.TimeOnly), r0.Workers, r0.Instances)
-	for _, p := range runs {
-		fmt.Fprintf(&b, "  %s worker %d of %d: packed %v", p.Run.InstanceName, p.Run.Worker, p.Run.Workers, orNone(p.Packed))
-		if len(p.Busy) > 0 {
-			fmt.Fprintf(&b, ", left %v (locked elsewhere)", p.Busy)
-		}
-		if p.Err != nil {
-			fmt.Fprintf(&b, ", failed: %v", p.Err)
-		}
-		b.WriteByte('\n')
+	r := p.Run
+	fmt.Fprintf(&b, "%s at %s: worker %d of %d (runner %d of %d", r.Schedule, r.FiredAt.Format(time.TimeOnly), r.Worker, r.Workers, r.Runner, r.Runners)
+	if r.DealtTo != r.InstanceName {
+		fmt.Fprintf(&b, ", taken over from %s", r.DealtTo)
 	}
-	io.WriteString(m.w, b.String())
+	fmt.Fprintf(&b, "): packed %v", orNone(p.Packed))
+	if len(p.Busy) > 0 {
+		fmt.Fprintf(&b, ", left %v (locked elsewhere)", p.Busy)
+	}
+	if p.Err != nil {
+		fmt.Fprintf(&b, ", failed: %v", p.Err)
+	}
+	return b.String()
 }
 
 func orNone(ids []int64) any {
@@ -152,35 +118,34 @@ func readPackState(ctx context.Context, db *sql.DB) (packState, error) {
 	return st, rows.Err()
 }
 
-// awaitPacked waits, moment by moment, until every paid order is packed,
-// then prints the summary line; it fails after within, or when an order was
-// packed twice or an unpaid one packed at all.
-func awaitPacked(ctx context.Context, s *shop, moments *momentPrinter, packs *countingPacker, within time.Duration) error {
-	deadline := time.NewTimer(within)
-	defer deadline.Stop()
+// awaitPacked polls the orders table until every paid order is packed,
+// and returns the summary line; it fails after within, or when an unpaid
+// order was packed.
+func awaitPacked(ctx context.Context, db *sql.DB, names []string, within time.Duration) (string, error) {
+	deadline := time.Now().Add(within)
 	for {
-		st, err := readPackState(ctx, s.DB)
+		st, err := readPackState(ctx, db)
 		if err != nil {
-			return err
+			return "", err
 		}
 		if st.Waiting == 0 {
 			var by []string
-			for _, name := range s.Names {
+			for _, name := range names {
 				by = append(by, fmt.Sprintf("%d by %s", st.By[name], name))
 			}
-			fmt.Printf("pack_orders: all %d paid orders packed, each once (%s); %d unpaid left alone\n",
-				st.Paid, strings.Join(by, ", "), st.Unpaid-st.UnpaidPacked)
-			if twice := packs.twice(); len(twice) > 0 || st.UnpaidPacked > 0 {
-				return fmt.Errorf("pack_orders: orders packed twice: %v; unpaid orders packed: %d", twice, st.UnpaidPacked)
+			if st.UnpaidPacked > 0 {
+				return "", fmt.Errorf("pack_orders: %d unpaid orders packed", st.UnpaidPacked)
 			}
-			return nil
+			return fmt.Sprintf("pack_orders: all %d paid orders packed (%s); %d unpaid left alone",
+				st.Paid, strings.Join(by, ", "), st.Unpaid-st.UnpaidPacked), nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("pack_orders: %d paid orders still unpacked after %v", st.Waiting, within)
 		}
 		select {
-		case <-moments.done:
-		case <-deadline.C:
-			return fmt.Errorf("pack_orders: %d paid orders still unpacked after %v", st.Waiting, within)
+		case <-time.After(200 * time.Millisecond):
 		case <-ctx.Done():
-			return ctx.Err()
+			return "", ctx.Err()
 		}
 	}
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +34,8 @@ const ChargeWait = 20 * time.Second
 // Shop is one instance of the shop service: its own pool, its own locker.
 type Shop struct {
 	Name     string
+	DB       *sql.DB
+	SQL      Statements
 	Locker   *lock.Locker
 	Invoices InvoiceSender
 	Payments PaymentService
@@ -39,8 +43,10 @@ type Shop struct {
 
 // Handler serves the shop's two custom calls:
 //
-//	POST /orders/{id}/invoice   send the invoice, once: a call that finds another sending it is told so at once (409)
+//	POST /orders/{id}/invoice   send the invoice, once per order: a call that finds another sending it is told so at once (409); a call after it was sent is told "already sent"
 //	POST /orders/{id}/charge    charge the order, three at a time: the others wait up to ChargeWait for a place
+//
+// An id that is not a whole number is refused (400).
 func (s *Shop) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /orders/{id}/invoice", s.sendInvoice)
@@ -48,30 +54,66 @@ func (s *Shop) Handler() http.Handler {
 	return mux
 }
 
+// orderID reads the order's number from the path, or answers 400.
+func orderID(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	raw := r.PathValue("id")
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id <= 0 {
+		http.Error(w, fmt.Sprintf("order id %q is not an order number: give a positive whole number, as in /orders/1001/invoice", raw), http.StatusBadRequest)
+		return 0, false
+	}
+	return id, true
+}
+
 func (s *Shop) sendInvoice(w http.ResponseWriter, r *http.Request) {
-	order := r.PathValue("id")
 	w.Header().Set("X-Instance", s.Name)
+	order, ok := orderID(w, r)
+	if !ok {
+		return
+	}
 	// No wait: a second call for the same order is told at once.
-	h, ok, err := s.Locker.Take(r.Context(), "invoice:"+order, lock.Options{TTL: time.Minute})
+	h, ok, err := s.Locker.Take(r.Context(), fmt.Sprintf("invoice:%d", order), lock.Options{TTL: time.Minute})
 	switch {
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	case !ok:
-		http.Error(w, fmt.Sprintf("order %s: another call is sending its invoice", order), http.StatusConflict)
+		http.Error(w, fmt.Sprintf("order %d: another call is sending its invoice", order), http.StatusConflict)
 		return
 	}
 	defer s.Locker.Release(context.WithoutCancel(r.Context()), h.Token)
-	if err := s.Invoices.Send(r.Context(), order); err != nil {
-		http.Error(w, fmt.Sprintf("order %s: send invoice: %v", order, err), http.StatusBadGateway)
+	// Under the lock, what was sent is read again: the holder before us
+	// may have sent it, on this server or the other.
+	var by string
+	switch err := s.DB.QueryRowContext(r.Context(), s.SQL.invoiceSent, order).Scan(&by); {
+	case err == nil:
+		fmt.Fprintf(w, "order %d: invoice already sent by %s\n", order, by)
+		return
+	case !errors.Is(err, sql.ErrNoRows):
+		http.Error(w, fmt.Sprintf("order %d: read shop_invoices: %v", order, err), http.StatusInternalServerError)
 		return
 	}
-	fmt.Fprintf(w, "order %s: invoice sent by %s (fence %d)\n", order, s.Name, h.Fence)
+	if err := s.Invoices.Send(r.Context(), strconv.FormatInt(order, 10)); err != nil {
+		http.Error(w, fmt.Sprintf("order %d: send invoice: %v", order, err), http.StatusBadGateway)
+		return
+	}
+	// Recorded after the send: a server that dies between the two leaves
+	// the invoice unrecorded, and a later call sends it again. A sender
+	// that takes an idempotency key (the order) closes that gap.
+	if _, err := s.DB.ExecContext(context.WithoutCancel(r.Context()), s.SQL.recordInvoice, order, s.Name); err != nil {
+		http.Error(w, fmt.Sprintf("order %d: invoice sent, but not recorded in shop_invoices: %v", order, err), http.StatusInternalServerError)
+		return
+	}
+	fmt.Fprintf(w, "order %d: invoice sent by %s (fence %d)\n", order, s.Name, h.Fence)
 }
 
 func (s *Shop) chargePayment(w http.ResponseWriter, r *http.Request) {
-	order := r.PathValue("id")
 	w.Header().Set("X-Instance", s.Name)
+	id, ok := orderID(w, r)
+	if !ok {
+		return
+	}
+	order := strconv.FormatInt(id, 10)
 	start := time.Now()
 	h, _, err := s.Locker.Take(r.Context(), "payment-service", lock.Options{
 		MaxHolders:  PaymentPlaces,

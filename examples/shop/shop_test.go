@@ -96,7 +96,7 @@ func eachDatabase(t *testing.T, f func(t *testing.T, dbURL string)) {
 
 func TestShop(t *testing.T) {
 	eachDatabase(t, func(t *testing.T, dbURL string) {
-		inv := &gatedInvoices{entered: make(chan string, 3), gate: make(chan struct{})}
+		inv := &gatedInvoices{entered: make(chan string, 10), gate: make(chan struct{})}
 		pay := &gatedPayments{entered: make(chan chan struct{}, 6)}
 		s, err := start(context.Background(), config{
 			DB: dbURL, Invoices: inv, Payments: pay, Packer: packFunc(nil), Workers: 1,
@@ -104,11 +104,12 @@ func TestShop(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(s.Close)
+		t.Cleanup(func() { s.Close() })
 		srv := httptest.NewServer(s.Handler)
 		t.Cleanup(srv.Close)
 		t.Run("SendInvoice", func(t *testing.T) { testSendInvoice(t, srv.URL, inv) })
 		t.Run("ChargePayment", func(t *testing.T) { testChargePayment(t, srv.URL, pay) })
+		t.Run("BadOrderID", func(t *testing.T) { testBadOrderID(t, srv.URL) })
 	})
 }
 
@@ -141,12 +142,37 @@ func testSendInvoice(t *testing.T, base string, inv *gatedInvoices) {
 		t.Fatalf("the invoice of order %s was sent twice", o)
 	default:
 	}
-	// Once sent and released, a later call sends again (the lock guards the
-	// sending, not the order's history).
-	inv2 := fire(t, base+"/orders/1001/invoice", 1)
-	recv(t, inv.entered, "send of a later call")
-	if a := recv(t, inv2, "later call"); a.code != http.StatusOK {
-		t.Fatalf("later call: %d %q", a.code, a.body)
+	// Once sent, later calls, on either server, are told it was: the
+	// invoice is sent once per order.
+	for i := range 2 {
+		a := recv(t, fire(t, base+"/orders/1001/invoice", 1), "later call")
+		if a.code != http.StatusOK || !strings.Contains(a.body, "order 1001: invoice already sent by ") {
+			t.Fatalf("later call %d: %d %q, want 200 saying it was already sent", i, a.code, a.body)
+		}
+	}
+	select {
+	case o := <-inv.entered:
+		t.Fatalf("a later call sent the invoice of order %s again", o)
+	default:
+	}
+	// Another order is sent on its own.
+	other := fire(t, base+"/orders/1003/invoice", 1)
+	if o := recv(t, inv.entered, "send of order 1003"); o != "1003" {
+		t.Fatalf("sent the invoice of order %q", o)
+	}
+	if a := recv(t, other, "answer for order 1003"); a.code != http.StatusOK || !strings.Contains(a.body, "invoice sent by") {
+		t.Fatalf("order 1003: %d %q", a.code, a.body)
+	}
+}
+
+// An order id that is not a positive whole number is refused with a 400
+// that says so, on both calls, before any lock or service is touched.
+func testBadOrderID(t *testing.T, base string) {
+	for _, path := range []string{"/orders/abc/invoice", "/orders/12x/charge", "/orders/-4/invoice", "/orders/1.5/charge"} {
+		a := recv(t, fire(t, base+path, 1), "answer to "+path)
+		if a.code != http.StatusBadRequest || !strings.Contains(a.body, "is not an order number") {
+			t.Errorf("POST %s: %d %q, want 400 saying the id is not an order number", path, a.code, a.body)
+		}
 	}
 }
 

@@ -145,67 +145,6 @@ func TestJoinBetweenMoments(t *testing.T) {
 	})
 }
 
-// An instance that dies keeps its place in the membership until its
-// heartbeat expires, but its shares are not lost: their leases run out and
-// the living take them over, so every moment still runs every worker once;
-// then the others re-share.
-func TestDeadInstanceSharesTakenOver(t *testing.T) {
-	eachDatabase(t, func(t *testing.T, open opener) {
-		c := newCluster(t, open)
-		for _, name := range []string{"a", "b", "c"} {
-			c.start(name, 4, func(s *schedule.Scheduler) error {
-				return s.Add("pack", schedule.Every(interval), schedule.EveryWorker, c.record)
-			})
-		}
-		c.moment()
-		c.collect(12)
-		c.crash("b")
-		var moments []time.Time
-		for range 10 {
-			moments = append(moments, c.moment())
-		}
-		c.armed()
-		byMoment := map[time.Time][]schedule.Run{}
-		for _, r := range c.stopAll() {
-			byMoment[r.FiredAt] = append(byMoment[r.FiredAt], r)
-		}
-		takenOver, shrunk := 0, false
-		// The last moments' shares dealt to b were still reserved for it.
-		for k, at := range moments[:len(moments)-3] {
-			runs := byMoment[at]
-			if len(runs) == 0 {
-				t.Fatalf("moment %d after the crash: no runs", k)
-			}
-			n := runs[0].Workers
-			if got := workersOf(runs); !slices.Equal(got, seq(0, n-1)) {
-				t.Fatalf("moment %d after the crash: workers %v of %d, want each once: %+v\n%s", k, got, n, runs, c.log)
-			}
-			for _, r := range runs {
-				switch {
-				case r.InstanceName == "b":
-					t.Fatalf("a run on the dead instance: %+v", r)
-				case n == 12 && r.Worker >= 4 && r.Worker < 8:
-					if r.DealtTo != "b" || r.Instance != 1 || r.Runner != r.Worker-4 || r.Runners != 4 || r.Instances != 3 {
-						t.Fatalf("moment %d: b's share run as %+v, want dealt to b, instance 1, runner %d of 4", k, r, r.Worker-4)
-					}
-					takenOver++
-				case r.DealtTo != r.InstanceName:
-					t.Fatalf("moment %d: %+v taken over from a live instance", k, r)
-				}
-			}
-			if n == 8 {
-				shrunk = true
-			} else if shrunk {
-				t.Fatalf("moment %d: b back in the membership after it left", k)
-			}
-		}
-		if takenOver == 0 || !shrunk {
-			t.Fatalf("%d shares of b taken over; membership shrank: %v", takenOver, shrunk)
-		}
-		t.Logf("%d shares of b taken over before it left the membership", takenOver)
-	})
-}
-
 // A handler's error or panic is logged with its share, and later moments
 // still run.
 func TestHandlerErrorsAndPanicsAreLogged(t *testing.T) {

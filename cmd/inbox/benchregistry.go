@@ -39,7 +39,9 @@ func benchRegistry(ctx context.Context, args []string) error {
 	if err := migrations.ApplyRegistry(ctx, setup.DB()); err != nil {
 		return err
 	}
-	rate := map[bool][]float64{}
+	// cpu_us_per_job is this process's CPU (the library's, the registry's
+	// included), which other load on the machine moves less than jobs/s.
+	rate, cpu := map[bool][]float64{}, map[bool][]float64{}
 	for r := range *rounds {
 		for i, reg := range []bool{false, true} {
 			if r%2 == 1 {
@@ -50,13 +52,16 @@ func benchRegistry(ctx context.Context, args []string) error {
 				return err
 			}
 			tr := benchkit.NewTracker(first, *jobs)
+			cpu0 := cpuSeconds()
 			res, err := benchkit.Drain(ctx, benchkit.Config{URL: *db, Table: *table, Instances: *instances, Workers: *workers, Jobs: *jobs, Registry: reg}, tr)
 			if err != nil {
 				return err
 			}
+			own := (cpuSeconds() - cpu0) * 1e6 / float64(*jobs)
 			rate[reg] = append(rate[reg], res.JobsPerSec)
-			fmt.Printf("round=%d registry=%t jobs=%d instances=%d workers=%d jobs_per_sec=%.0f duplicates=%d lost=%d machine_cpu_us_per_job=%.1f\n",
-				r+1, reg, *jobs, *instances, *workers, res.JobsPerSec, tr.Duplicates(), tr.Lost(), res.CPUPerJob(*jobs))
+			cpu[reg] = append(cpu[reg], own)
+			fmt.Printf("round=%d registry=%t jobs=%d instances=%d workers=%d jobs_per_sec=%.0f duplicates=%d lost=%d cpu_us_per_job=%.1f machine_cpu_us_per_job=%.1f\n",
+				r+1, reg, *jobs, *instances, *workers, res.JobsPerSec, tr.Duplicates(), tr.Lost(), own, res.CPUPerJob(*jobs))
 		}
 	}
 	mean := func(x []float64) float64 {
@@ -66,7 +71,8 @@ func benchRegistry(ctx context.Context, args []string) error {
 		}
 		return s / float64(len(x))
 	}
-	fmt.Printf("registry_off_jobs_per_sec=%.0f registry_on_jobs_per_sec=%.0f on_vs_off=%.3f\n", mean(rate[false]), mean(rate[true]), mean(rate[true])/mean(rate[false]))
+	fmt.Printf("registry_off_jobs_per_sec=%.0f registry_on_jobs_per_sec=%.0f on_vs_off=%.3f off_cpu_us_per_job=%.2f on_cpu_us_per_job=%.2f\n",
+		mean(rate[false]), mean(rate[true]), mean(rate[true])/mean(rate[false]), mean(cpu[false]), mean(cpu[true]))
 	if *idle <= 0 || dbKind(*db) != "postgres" {
 		return nil
 	}

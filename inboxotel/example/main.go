@@ -6,7 +6,7 @@
 //	curl -s 127.0.0.1:9464/metrics | grep inbox_
 //
 // It publishes --invoices rows to an embedded SQLite file (or --db), renders
-// them with four workers (every seventh fails into a retry), prints the
+// them with four workers (every seventh fails its first attempt), prints the
 // handlings, and with --metrics keeps serving /metrics after the run until
 // interrupted.
 package main
@@ -93,7 +93,7 @@ func run(ctx context.Context, url, addr string, n int, out *os.File) error {
 	done := make(chan struct{}, n)
 	render := func(ctx context.Context, inv RenderInvoice) error {
 		time.Sleep(5 * time.Millisecond)
-		if inv.ID%7 == 0 && inv.Attempts == 0 {
+		if inv.ID%7 == 0 && inv.Attempts <= 1 {
 			return inbox.RetryAfter(50*time.Millisecond, errors.New("printer busy"))
 		}
 		done <- struct{}{}

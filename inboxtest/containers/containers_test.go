@@ -1,9 +1,11 @@
 package containers_test
 
+// README, "Postgres in Docker for your tests": the one line a user adds.
+import _ "github.com/sqlinbox/sqlinbox/inboxtest/containers"
+
 import (
 	"testing"
 
-	_ "github.com/sqlinbox/sqlinbox/inboxtest/containers"
 	"github.com/sqlinbox/sqlinbox/internal/testdb"
 )
 

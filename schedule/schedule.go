@@ -131,10 +131,11 @@ type Handler func(ctx context.Context, r Run) error
 type Option func(*entry) error
 
 // SkipWhileBusy skips a moment on this instance while a run of the previous
-// moment on this instance is still busy. Default: the next moment runs
-// anyway, beside the busy one (guard shared items with locks). With One, an
-// instance that skips does not compete for the moment, so another instance
-// may run it.
+// moment on this instance is still busy: the moment's shares dealt to it are
+// dropped, not taken over by others, and it takes over no share of another
+// instance meanwhile. Default: the next moment runs anyway, beside the busy
+// one (guard shared items with locks). With One, an instance that skips does
+// not compete for the moment, so another instance may run it.
 func SkipWhileBusy() Option {
 	return func(e *entry) error { e.skipBusy = true; return nil }
 }
@@ -176,8 +177,10 @@ const (
 // default.
 type Config struct {
 	// Instance names this instance in the heartbeats table; it must be
-	// unique among the instances sharing the database. Default: host
-	// name, process id and a random suffix.
+	// unique among the instances sharing the database: Start refuses it
+	// with ErrDuplicateInstance while another live scheduler holds it (one
+	// that died frees it when its heartbeat expires). Default: host name,
+	// process id and a random suffix.
 	Instance string
 	// Workers is how many runs an EveryWorker schedule has per moment on
 	// this instance. Zero means runtime.NumCPU(); negative is refused.

@@ -196,6 +196,14 @@ func (r *registry) join(ctx context.Context) {
 		return
 	}
 	err := r.b.write(ctx, true, func(ex execer) error {
+		// Instances dead for longer than Keep are forgotten here and at each
+		// write of the minutes, so an idle registry forgets them too.
+		if _, err := ex.ExecContext(ctx, r.sql.Forget, now.Add(-r.cfg.Keep).UnixMilli()); err != nil {
+			return err
+		}
+		if _, err := ex.ExecContext(ctx, r.sql.ForgetSubs); err != nil {
+			return err
+		}
 		if _, err := ex.ExecContext(ctx, r.sql.LeaveSubs, r.id); err != nil {
 			return err
 		}

@@ -269,3 +269,36 @@ func TestPauseResume(t *testing.T) {
 		t.Logf("4 rows handled %v after Resume returned", time.Since(t1).Round(time.Millisecond))
 	})
 }
+
+// An instance dead for longer than Keep is forgotten when another joins.
+func TestRegistryForgetsTheLongDead(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		b := open(t, url, inbox.PollInterval(50*time.Millisecond))
+		if err := migrations.ApplyRegistry(ctx, b.DB()); err != nil {
+			t.Fatal(err)
+		}
+		old := time.Now().Add(-25 * time.Hour).UnixMilli()
+		if _, err := b.DB().Exec("INSERT INTO sqlinbox_instances (id, service, version, host, pid, started_at, heartbeat_at, every_ms) VALUES ('dead', 'invoices', '1', 'h', 1, $1, $1, 1000)", old); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.DB().Exec("INSERT INTO sqlinbox_subscriptions (instance, position, name, table_name, group_name, form, workers, lease_ms, roles) VALUES ('dead', 0, 'jobs', 'jobs', '', 'lease', 1, 30000, '{}')"); err != nil {
+			t.Fatal(err)
+		}
+		svc, _, _ := registered(t, b, 50*time.Millisecond, func(context.Context, Job) error { return nil })
+		insts, err := inbox.NewOperator(b).Instances(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(insts) != 1 || insts[0].ID != svc.InstanceID() {
+			t.Fatalf("instances = %+v, want only the new one", insts)
+		}
+		var subs int
+		if err := b.DB().QueryRow("SELECT count(*) FROM sqlinbox_subscriptions WHERE instance = 'dead'").Scan(&subs); err != nil {
+			t.Fatal(err)
+		}
+		if subs != 0 {
+			t.Fatalf("%d subscriptions of the dead instance left", subs)
+		}
+	})
+}

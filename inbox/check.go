@@ -122,6 +122,9 @@ func checkTable(ctx context.Context, b *Broker, table string, s *shape, grouped 
 	if grouped {
 		t.Group = dialect.Quote(group) // claims filter on it; whole-table claims do not
 	}
+	if p := s.column(RolePriority); p != "" {
+		t.Priority = dialect.Quote(p)
+	}
 	if a := s.column(RoleAttempts); a != "" {
 		t.Attempts = dialect.Quote(a)
 	}

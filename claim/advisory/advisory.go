@@ -55,6 +55,11 @@ func (f form) New(env claim.Env) (claim.Claimer, error) {
 	if err := claim.CheckEnv(f, env); err != nil {
 		return nil, err
 	}
+	if env.Table.Priority != "" {
+		// Its walk resumes after the last id it tried, which priority
+		// order would pass over.
+		return nil, fmt.Errorf("advisory form on %q: the table has a priority column, and this form takes rows in id order only: use lease.Form or rowlock.Form", env.Table.Unquoted)
+	}
 	return &claimer{env: env, class: Class(env.Table.Unquoted)}, nil
 }
 

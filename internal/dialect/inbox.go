@@ -20,6 +20,9 @@ type Table struct {
 	// OneHeap: the table is one heap on Postgres (see Dialect.OneHeap), so
 	// the lease claim may name the rows it locked by ctid.
 	OneHeap bool
+	// Priority is the priority column, "" for none: claims then take rows
+	// by priority, then id (see claimOrder).
+	Priority string
 }
 
 // InboxSQL is every statement the claim forms run on one table.
@@ -154,7 +157,8 @@ func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 	// math.MinInt64, which an untyped parameter inferred as int4 or int2
 	// cannot carry); int2/int4 >= int8 is in the integer btree family, so
 	// the primary key still serves the comparison.
-	where := fmt.Sprintf("FROM %s WHERE %s >= %s AND %s%s ORDER BY %s", t.Name, t.ID, d.bigint(5), available, group(4), t.ID)
+	order, from := claimOrder(d, t)
+	where := fmt.Sprintf("FROM %s WHERE %s AND %s%s ORDER BY %s", t.Name, from(5), available, group(4), order)
 	var claim string
 	switch {
 	case d.Kind == SQLite:
@@ -186,8 +190,8 @@ func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 			t.Name, lu, tm.At(1), bump, t.ID, t.ID, t.ID, where, MaxClaim, d.SkipLocked(), returning)
 	}
 	availableAt1 := fmt.Sprintf("(%s IS NULL OR %s <= %s)", lu, lu, tm.At(1))
-	selectAvailable := fmt.Sprintf("SELECT %s FROM %s WHERE %s >= %s AND %s%s ORDER BY %s LIMIT 1",
-		returning, t.Name, t.ID, d.bigint(3), availableAt1, group(2), t.ID)
+	selectAvailable := fmt.Sprintf("SELECT %s FROM %s WHERE %s AND %s%s ORDER BY %s LIMIT 1",
+		returning, t.Name, from(3), availableAt1, group(2), order)
 	fence := fmt.Sprintf("%s = $1 AND %s = $2", t.ID, lu)
 	retryFence := fence + unusedErr
 	s := InboxSQL{
@@ -263,6 +267,22 @@ SELECT id, locked FROM walk WHERE steps > 0`,
 		s.Unlock = "SELECT pg_advisory_unlock($1::int, (id % 4294967296)::bigint::bit(32)::int) FROM unnest($2::bigint[]) AS u(id)"
 	}
 	return s
+}
+
+// claimOrder is the order claims take rows in, and the condition of their
+// resume point (parameter n, the least id to look at; see claim.Mark): id
+// order from the resume point on; with a priority column, priority then
+// id, from the start of that order every time. A resume point is an id,
+// and rows in priority order do not rise by id: a claim that started at
+// the least id the last one took would pass over rows of a later priority
+// with smaller ids, so with priorities the parameter is bound and ignored,
+// and the index on (priority, id) (the table check asks for it) serves the
+// walk from its start.
+func claimOrder(d *Dialect, t Table) (order string, from func(n int) string) {
+	if t.Priority == "" {
+		return t.ID, func(n int) string { return fmt.Sprintf("%s >= %s", t.ID, d.bigint(n)) }
+	}
+	return t.Priority + ", " + t.ID, func(n int) string { return fmt.Sprintf("(%s IS NULL OR TRUE)", d.bigint(n)) }
 }
 
 // bigint is parameter n typed as a 64-bit integer: on Postgres a cast, so an

@@ -1,0 +1,135 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/claim"
+	"github.com/sqlinbox/sqlinbox/claim/advisory"
+	"github.com/sqlinbox/sqlinbox/claim/lease"
+	"github.com/sqlinbox/sqlinbox/claim/rowlock"
+	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/inboxtest"
+)
+
+// Urgent is a row of a table with priorities.
+type Urgent struct {
+	ID          int64      `db:"id" inbox:"id,generated"`
+	LockedUntil *time.Time `db:"locked_until" inbox:"locked_until"`
+	Payload     []byte     `db:"payload" inbox:"payload"`
+	Priority    int16      `db:"priority" inbox:"priority"`
+}
+
+// openPriority opens a broker on the reference table with a priority
+// column, and its index unless bare.
+func openPriority(t *testing.T, url string, withIndex bool, opts ...inbox.Option) *inbox.Broker {
+	t.Helper()
+	b := open(t, url, opts...)
+	ddl := []string{"ALTER TABLE jobs ADD COLUMN priority smallint NOT NULL DEFAULT 0"}
+	if withIndex {
+		ddl = append(ddl, "CREATE INDEX jobs_priority_id ON jobs (priority, id)")
+	}
+	for _, q := range ddl {
+		if _, err := b.DB().Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
+}
+
+// Claims take rows by priority, then id, on every form that takes
+// priorities. One worker claims one row at a time, and the poll is an hour:
+// a claim that resumed at the last id it took (as claims without
+// priorities do) would pass over the rows of later priorities with smaller
+// ids, and the drain would stall.
+func TestPriorityOrder(t *testing.T) {
+	forms := []struct {
+		name string
+		form claim.Form
+		pg   bool
+	}{{"lease", lease.Form, false}, {"rowlock", rowlock.Form, true}}
+	for _, f := range forms {
+		t.Run(f.name, func(t *testing.T) {
+			eachDB(t, func(t *testing.T, url string) {
+				if f.pg && !strings.HasPrefix(url, "postgres") {
+					t.Skip("Postgres only") // the form refuses SQLite at subscribe
+				}
+				b := openPriority(t, url, true, inbox.PollInterval(time.Hour))
+				q := inbox.MustQueue[Urgent]("jobs")
+				var rows []Urgent
+				for i := range 40 {
+					rows = append(rows, Urgent{Payload: fmt.Appendf(nil, "%d", i), Priority: int16([]int{5, 0, 3, 0, 9, 1, 3, 5}[i%8])})
+				}
+				if _, err := inbox.PublishMany(context.Background(), b, q, rows); err != nil {
+					t.Fatal(err)
+				}
+				var mu sync.Mutex
+				var got []Urgent
+				done := make(chan struct{}, len(rows))
+				sub, err := inbox.Subscribe(b, q, func(_ context.Context, u Urgent) error {
+					mu.Lock()
+					got = append(got, u)
+					mu.Unlock()
+					done <- struct{}{}
+					return nil
+				}, inbox.Workers(1), inbox.Form(f.form))
+				if err != nil {
+					t.Fatal(err)
+				}
+				inboxtest.RunSubscription(t, sub)
+				receiveN(t, done, len(rows), "rows handled")
+				mu.Lock()
+				defer mu.Unlock()
+				if !slices.IsSortedFunc(got, func(a, b Urgent) int {
+					if a.Priority != b.Priority {
+						return int(a.Priority) - int(b.Priority)
+					}
+					return int(a.ID - b.ID)
+				}) {
+					order := make([]string, len(got))
+					for i, u := range got {
+						order[i] = fmt.Sprintf("%d/%d", u.Priority, u.ID)
+					}
+					t.Fatalf("handled out of (priority, id) order: %s", strings.Join(order, " "))
+				}
+			})
+		})
+	}
+}
+
+// A priority without its index is refused with the DDL; the advisory form
+// refuses a table with priorities.
+func TestPriorityRefusals(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		b := openPriority(t, url, false)
+		run := func(q inbox.Queue[Urgent], opts ...inbox.SubOption) error {
+			sub, err := inbox.Subscribe(b, q, func(context.Context, Urgent) error { return nil }, opts...)
+			if err != nil {
+				return err
+			}
+			return sub.Run(ctx)
+		}
+		err := run(inbox.MustQueue[Urgent]("jobs"))
+		var te *inbox.TableError
+		if !errors.As(err, &te) || te.Column != "priority" || !strings.Contains(err.Error(), `CREATE INDEX "jobs_priority_id" ON "jobs" ("priority", "id")`) {
+			t.Fatalf("Run = %v, want a TableError asking for the index", err)
+		}
+		if !strings.HasPrefix(url, "postgres") {
+			return
+		}
+		if _, err := b.DB().Exec("CREATE INDEX jobs_priority_id ON jobs (priority, id)"); err != nil {
+			t.Fatal(err)
+		}
+		if err := run(inbox.MustQueue[Urgent]("jobs"), inbox.Form(advisory.Form)); err == nil || !strings.Contains(err.Error(), "priority") {
+			t.Fatalf("advisory form on a table with priorities: %v", err)
+		}
+	})
+}

@@ -23,10 +23,29 @@ type Claimer interface {
 	// settled. Fewer than max means the table had no more to give right
 	// now.
 	Claim(ctx context.Context, max int) ([]*Job, error)
-	// Batch is the most rows one claim takes; zero means no limit.
-	Batch() int
+	// Traits declares what the claim loop needs to know of the form.
+	Traits() Traits
 	// Held is how many pool connections the form holds for jobs in work.
 	Held() int
+}
+
+// Traits are what a form declares to the claim loop that drives it, so the
+// loop never asks which form it drives.
+type Traits struct {
+	// RowsPerClaim is the most rows one claim takes; zero means one for
+	// every free worker asked for. A form that takes one row a claim gets
+	// a claim in flight for each free worker (within the connections); one
+	// that takes many gets one claim in flight, which gathers free workers.
+	RowsPerClaim int
+	// HoldExpires says the hold is a lease written in the row: it runs out
+	// unless Extend moves it, and the loop extends it while the handler
+	// runs and tells the handler when it ran out. A hold that does not
+	// expire lasts as long as its connection (see Holder).
+	HoldExpires bool
+	// PinsConnection says jobs in work hold pool connections (Held counts
+	// them): the end of each settlement may free one, so the loop is told
+	// of every settlement, not only of the points where it gathers.
+	PinsConnection bool
 }
 
 // Settler settles one claimed row. Exactly one of Ack, Retry, Park or

@@ -121,14 +121,3 @@ func untilReachable(ctx context.Context, b *Broker, what string, f func() error)
 		wait = min(wait*2, maxReconnect)
 	}
 }
-
-// deadConn reports whether err says the connection a statement ran on had
-// ended (terminated, reset, closed), as opposed to the database refusing
-// new ones: a statement sent again takes another connection of the pool.
-func deadConn(err error) bool {
-	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) || errors.Is(err, syscall.ECONNREFUSED) || strings.Contains(err.Error(), "connection refused") {
-		return false
-	}
-	return unreachable(err)
-}

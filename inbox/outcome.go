@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sqlinbox/sqlinbox/internal/engine"
 )
 
 // Handler handles one row. Returning nil acknowledges (deletes) the row;
@@ -68,16 +70,16 @@ func (e *SnoozeError) Error() string { return fmt.Sprintf("snoozed for %v", e.De
 // ErrLeaseLost is the cause of a handler's context when its row's lease was
 // taken over (it ran past its lease and could not extend it): its ack will
 // change nothing, and the row is someone else's now.
-var ErrLeaseLost = errors.New("inbox: lease lost")
+var ErrLeaseLost = engine.ErrLeaseLost
 
 // ErrHoldLost is the cause of a handler's context when the connection that
 // held its row ended (row-lock and advisory forms: a terminated backend, a
 // database restart, a network cut): the row is free for another claimer,
 // and the handler's outcome will change nothing.
-var ErrHoldLost = errors.New("inbox: the connection holding the row ended")
+var ErrHoldLost = engine.ErrHoldLost
 
 // ErrTimeout is the cause of a handler's context when it ran past Timeout.
-var ErrTimeout = errors.New("inbox: handler timed out")
+var ErrTimeout = engine.ErrTimeout
 
 // Outcome is how a handling ended.
 type Outcome string
@@ -112,28 +114,22 @@ type Event struct {
 // DefaultBackoff is one second doubled per failure, capped at MaxBackoff.
 // A subscription without a Backoff option waits that less a jitter of up
 // to a quarter (see Backoff).
-func DefaultBackoff(failures int) time.Duration {
-	if failures < 1 {
-		failures = 1
-	}
-	if failures > 20 {
-		return MaxBackoff
-	}
-	return min(time.Second<<(failures-1), MaxBackoff)
-}
+func DefaultBackoff(failures int) time.Duration { return engine.DefaultBackoff(failures, MaxBackoff) }
 
-// jittered is DefaultBackoff(failures) less up to a quarter, drawn from the
-// row's id and the attempt: rows that failed together spread over the last
-// quarter of the backoff instead of coming back at one instant, and a test
-// on a fake clock sees the same delays on every run. Never more than
-// DefaultBackoff, so a clock moved by that passes the retry.
-func jittered(id int64, failures int) time.Duration {
-	d := DefaultBackoff(failures)
-	x := uint64(id)*0x9e3779b97f4a7c15 + uint64(failures)
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return d - time.Duration(x%1024)*(d/4)/1024
+// judge tells the engine what a handler's error asks for.
+func judge(err error) (engine.Verdict, time.Duration) {
+	var (
+		se *SnoozeError
+		pe *ParkError
+		re *RetryError
+	)
+	switch {
+	case errors.As(err, &se):
+		return engine.Snooze, se.Delay
+	case errors.As(err, &pe):
+		return engine.Park, 0
+	case errors.As(err, &re):
+		return engine.RetryAfter, re.Delay
+	}
+	return engine.Retry, 0
 }

@@ -84,9 +84,9 @@ type claimer struct {
 	held  atomic.Int64 // pinned connections: claims in flight and batches in work
 }
 
-// Batch is zero: one claim takes a row for every free worker, all on one
+// Traits: one claim takes a row for every free worker, all on one pinned
 // connection.
-func (c *claimer) Batch() int { return 0 }
+func (c *claimer) Traits() claim.Traits { return claim.Traits{PinsConnection: true} }
 
 // Held counts pinned connections, claims in flight included.
 func (c *claimer) Held() int { return int(c.held.Load()) }

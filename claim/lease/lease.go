@@ -44,7 +44,7 @@ type claimer struct {
 	mark claim.Mark // where the next claim starts (see claim.Mark)
 }
 
-func (c *claimer) Batch() int { return 0 }
+func (c *claimer) Traits() claim.Traits { return claim.Traits{HoldExpires: true} }
 func (c *claimer) Held() int  { return 0 }
 
 func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {

@@ -59,8 +59,9 @@ type claimer struct {
 	mark  claim.Mark   // where the next claim starts (see claim.Mark)
 }
 
-// Batch is one: each job holds a transaction of its own.
-func (c *claimer) Batch() int { return 1 }
+// Traits: one row a claim, each holding a transaction, and so a
+// connection, of its own.
+func (c *claimer) Traits() claim.Traits { return claim.Traits{RowsPerClaim: 1, PinsConnection: true} }
 
 // Held counts the connections the form holds, claims in flight included.
 func (c *claimer) Held() int { return int(c.held.Load()) }

@@ -1,16 +1,38 @@
-package inbox
+package engine
 
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/claim"
 	"github.com/sqlinbox/sqlinbox/clock"
-	"github.com/sqlinbox/sqlinbox/internal/testdb"
 )
+
+// opts are a test engine's lease and timeout; zero means 30s and a minute.
+type opts struct{ lease, timeout time.Duration }
+
+// leaseClaimer is a claimer of a form whose hold expires.
+type leaseClaimer struct{ claim.Claimer }
+
+func (leaseClaimer) Traits() claim.Traits { return claim.Traits{HoldExpires: true} }
+
+// testEngine is an engine of the lease form on clk, whose handler is handle.
+func testEngine(clk clock.Clock, o opts, handle func(context.Context, *claim.Job) error) *Engine {
+	if o.lease == 0 {
+		o.lease = 30 * time.Second
+	}
+	if o.timeout == 0 {
+		o.timeout = time.Minute
+	}
+	return New(Config{Name: "test", Table: "jobs", Workers: 1, MaxAttempts: 25, Lease: o.lease, Timeout: o.timeout,
+		Shutdown: time.Second, Poll: time.Second, Clock: clk, Log: slog.New(slog.DiscardHandler), Claimer: leaseClaimer{},
+		Counters: &Counters{}, Idle: NewIdle(clk), Callbacks: Callbacks{Handle: handle, Prepare: func(*claim.Job) {},
+			Judge: func(error) (Verdict, time.Duration) { return Retry, 0 }, Unreachable: func(error) bool { return false }}})
+}
 
 // extendStub is a settler whose extensions fail, each call told on calls.
 type extendStub struct {
@@ -26,35 +48,27 @@ func (s extendStub) Extend(_ context.Context, lease time.Duration) error {
 // watched runs one leased job through work on a fake clock, with a handler
 // that reports its context's cause and returns only when told. It returns
 // the handler's causes, the release of the handler, and work's result.
-func watched(t *testing.T, clk *clock.Fake, opts ...SubOption) (extends chan time.Duration, causes chan error, release chan struct{}, result chan handling) {
+func watched(t *testing.T, clk *clock.Fake, o opts) (extends chan time.Duration, causes chan error, release chan struct{}, result chan handling) {
 	t.Helper()
 	extends = make(chan time.Duration, 8)
-	causes, release, result = watchedWith(t, clk, clk, extendStub{calls: extends}, opts...)
+	causes, release, result = watchedWith(t, clk, clk, extendStub{calls: extends}, o)
 	return extends, causes, release, result
 }
 
 // watchedWith is watched with the broker's clock (clk, over the fake) and
 // the job's settler given.
-func watchedWith(t *testing.T, clk clock.Clock, fake *clock.Fake, settler claim.Settler, opts ...SubOption) (causes chan error, release chan struct{}, result chan handling) {
+func watchedWith(t *testing.T, clk clock.Clock, fake *clock.Fake, settler claim.Settler, o opts) (causes chan error, release chan struct{}, result chan handling) {
 	t.Helper()
-	b, err := Open(testdb.SQLite(t), WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
 	causes, release = make(chan error, 1), make(chan struct{})
-	s, err := Subscribe(b, MustQueue[row]("jobs"), func(ctx context.Context, _ row) error {
+	e := testEngine(clk, o, func(ctx context.Context, _ *claim.Job) error {
 		<-ctx.Done()
 		causes <- context.Cause(ctx)
 		<-release
 		return ctx.Err()
-	}, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	result = make(chan handling, 1)
-	j := &claim.Job{ID: 7, Lease: fake.Now().Add(s.cfg.lease), Value: &row{}, Settler: settler}
-	go func() { result <- s.work(context.Background(), s.newWatch(b.log), j, fake.Now()) }()
+	j := &claim.Job{ID: 7, Lease: fake.Now().Add(e.cfg.Lease), Settler: settler}
+	go func() { result <- e.work(context.Background(), e.newWatch(), j, fake.Now()) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := fake.WaitTimers(ctx, 1); err != nil { // the handling's one timer
@@ -78,7 +92,7 @@ func waitNext(t *testing.T, clk *clock.Fake, at time.Time, what string) {
 // once (ErrLeaseLost), and the handling is reported lost.
 func TestLeaseRunsOutWhileExtensionsFail(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	extends, causes, release, result := watched(t, clk, Lease(9*time.Second))
+	extends, causes, release, result := watched(t, clk, opts{lease: 9 * time.Second})
 	start := clk.Now()
 	waitNext(t, clk, start.Add(6*time.Second), "the first extension")
 	clk.Advance(6 * time.Second) // two thirds of the lease: the first extension
@@ -104,7 +118,7 @@ func TestLeaseRunsOutWhileExtensionsFail(t *testing.T) {
 // is extended no more, even while the handler runs on.
 func TestTimeoutEndsExtensions(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	extends, causes, release, result := watched(t, clk, Lease(9*time.Second), Timeout(5*time.Second))
+	extends, causes, release, result := watched(t, clk, opts{lease: 9 * time.Second, timeout: 5 * time.Second})
 	clk.Advance(5 * time.Second)
 	waitCause(t, causes, ErrTimeout, "the timeout passed")
 	waitNext(t, clk, clk.Now().Add(4*time.Second), "the lease's end, and no extension before it")
@@ -169,7 +183,7 @@ func TestLeaseRunsOutWhileExtensionStalls(t *testing.T) {
 	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	clk := &countingClock{Fake: fake}
 	stub := stalledExtend{started: make(chan struct{}), release: make(chan struct{})}
-	causes, release, result := watchedWith(t, clk, fake, stub, Lease(9*time.Second))
+	causes, release, result := watchedWith(t, clk, fake, stub, opts{lease: 9 * time.Second})
 	start := fake.Now()
 	fake.Advance(6 * time.Second) // the extension is sent, and stalls
 	<-stub.started
@@ -192,20 +206,12 @@ func TestLeaseRunsOutWhileExtensionStalls(t *testing.T) {
 // host's clock, and a job whose extensions are told on extends (and fail).
 func hostWatch(t *testing.T, lease time.Duration) (w *watch, job func() *claim.Job, extends chan time.Duration) {
 	t.Helper()
-	b, err := Open(testdb.SQLite(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	s, err := Subscribe(b, MustQueue[row]("jobs"), func(context.Context, row) error { return nil }, Lease(lease))
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := testEngine(clock.Host{}, opts{lease: lease}, func(context.Context, *claim.Job) error { return nil })
 	extends = make(chan time.Duration, 8)
 	job = func() *claim.Job {
-		return &claim.Job{ID: 7, Lease: time.Now().Add(lease), Value: &row{}, Settler: extendStub{calls: extends}}
+		return &claim.Job{ID: 7, Lease: time.Now().Add(lease), Settler: extendStub{calls: extends}}
 	}
-	return s.newWatch(b.log), job, extends
+	return e.newWatch(), job, extends
 }
 
 // armedFor is when w's timer fires, zero with none armed.
@@ -291,7 +297,7 @@ func TestKeptTimerFiringEarlyWaitsForTheJobsOwnTime(t *testing.T) {
 // test sees only the timers in use.
 func TestWatchOnAFakeClockStopsItsTimer(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	_, causes, release, result := watched(t, clk, Lease(9*time.Second), Timeout(5*time.Second))
+	_, causes, release, result := watched(t, clk, opts{lease: 9 * time.Second, timeout: 5 * time.Second})
 	clk.Advance(5 * time.Second) // the handler returns once its context ends
 	waitCause(t, causes, ErrTimeout, "the timeout passed")
 	close(release)

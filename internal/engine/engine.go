@@ -1,0 +1,212 @@
+// Package engine moves a claimed row through its life in the process. The
+// claim loop (loop.go) asks the form for rows for free workers; workers
+// (worker.go) run the handler under a watch (watch.go) that extends a
+// lease, ends the handler's context at its timeout and tells it when its
+// row's lease or hold is lost; settlement (settle.go) acks, retries, parks
+// or snoozes the row and reports the outcome. Counters (counters.go) and
+// the idle state (idle.go) are what the roles share. Package inbox
+// configures an Engine for each Subscription and hands its Run over to it;
+// every call back up is a field of Callbacks.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/claim"
+	"github.com/sqlinbox/sqlinbox/clock"
+)
+
+// The causes a handler's context ends with; package inbox exports them.
+var (
+	ErrTimeout   = errors.New("inbox: handler timed out")
+	ErrLeaseLost = errors.New("inbox: lease lost")
+	ErrHoldLost  = errors.New("inbox: the connection holding the row ended")
+)
+
+// Outcome is how a handling ended (package inbox names the values).
+type Outcome string
+
+// The outcomes an Event reports.
+const (
+	Acked    Outcome = "acked"
+	Retried  Outcome = "retried"
+	Parked   Outcome = "parked"
+	Snoozed  Outcome = "snoozed"
+	Lost     Outcome = "lost"
+	Released Outcome = "released"
+	Failed   Outcome = "failed"
+)
+
+// Event is one handling of one row (inbox.Event, field for field).
+type Event struct {
+	Subscription string
+	ID           int64
+	Attempt      int
+	Start, End   time.Time
+	Outcome      Outcome
+	Err          error
+}
+
+// Verdict is what a handler's error asks for.
+type Verdict int
+
+// The verdicts Callbacks.Judge gives.
+const (
+	Retry      Verdict = iota // after the backoff
+	RetryAfter                // after the delay Judge gives
+	Park                      // now, whatever attempts are left
+	Snooze                    // after the delay, giving the attempt back
+)
+
+// Callbacks are the engine's calls back up to its subscription.
+type Callbacks struct {
+	// Handle runs the user's handler on a job's row. A panic is the
+	// engine's to catch.
+	Handle func(ctx context.Context, j *claim.Job) error
+	// Prepare readies a job's row just before its handler runs (it writes
+	// the lease into the user's struct).
+	Prepare func(j *claim.Job)
+	// Judge says what a handler's error asks for, with the delay of
+	// RetryAfter and Snooze.
+	Judge func(err error) (Verdict, time.Duration)
+	// Observe, when set, gets each settled handling.
+	Observe func(Event)
+	// Unreachable says an error means the database could not be reached
+	// (as opposed to a statement that was wrong).
+	Unreachable func(error) bool
+}
+
+// Config is an Engine's subscription, as package inbox checked it.
+type Config struct {
+	Name, Table string
+	Workers     int
+	MaxAttempts int
+	// Counts says the table has an attempts column.
+	Counts bool
+	// Backoff gives the delay after n failures; nil is DefaultBackoff less
+	// a jitter drawn from the row's id.
+	Backoff                                func(failures int) time.Duration
+	Lease, Timeout, Shutdown, Poll, Listen time.Duration
+	// Postgres: claims may run several at once (SQLite has one writer),
+	// and a claim under a backlog gathers all free workers.
+	Postgres bool
+	// Conns is the most connections the subscription's claims may hold.
+	Conns   int
+	Clock   clock.Clock
+	Log     *slog.Logger
+	Claimer claim.Claimer
+	// Wakes delivers a wake per publish or notification (coalesced).
+	Wakes <-chan struct{}
+	// Counters and Idle outlive a Run: the subscription keeps them.
+	Counters *Counters
+	Idle     *Idle
+	Callbacks
+}
+
+// Engine runs one subscription.
+type Engine struct {
+	cfg    Config
+	log    *slog.Logger
+	traits claim.Traits
+	stats  *Counters
+	guard  overrunGuard
+	every  time.Duration // a lease's extension period
+}
+
+// New returns the engine of cfg.
+func New(cfg Config) *Engine {
+	return &Engine{cfg: cfg, log: cfg.Log, traits: cfg.Claimer.Traits(), stats: cfg.Counters, every: cfg.Lease * 2 / 3}
+}
+
+// Run claims and handles rows until ctx is done; then it claims no more,
+// gives back rows claimed but not started, and lets running handlers finish
+// within the shutdown timeout.
+func (e *Engine) Run(ctx context.Context) {
+	w := newWorkers(e, ctx)
+	l := newLoop(e, w, ctx)
+	l.run(ctx)
+	w.shutdown()
+}
+
+// DefaultBackoff is one second doubled per failure, capped at max.
+func DefaultBackoff(failures int, max time.Duration) time.Duration {
+	if failures < 1 {
+		failures = 1
+	}
+	if failures > 20 {
+		return max
+	}
+	return min(time.Second<<(failures-1), max)
+}
+
+// jittered is DefaultBackoff less up to a quarter, drawn from the row's id
+// and the attempt: rows that failed together spread over the last quarter
+// of the backoff instead of coming back at one instant, and a test on a
+// fake clock sees the same delays on every run. Never more than
+// DefaultBackoff, so a clock moved by that passes the retry.
+func jittered(id int64, failures int, max time.Duration) time.Duration {
+	d := DefaultBackoff(failures, max)
+	x := uint64(id)*0x9e3779b97f4a7c15 + uint64(failures)
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return d - time.Duration(x%1024)*(d/4)/1024
+}
+
+// overrunGuard keeps one process from running two handlers of one id: a
+// handler whose row was lost (lease or hold) and that runs on is recorded,
+// and a new handling of its id waits for it. It costs an atomic load a job
+// while none runs on.
+type overrunGuard struct {
+	n  atomic.Int64
+	mu sync.Mutex
+	m  map[int64]chan struct{} // closed when that handler returns
+}
+
+// overran records that the handler of id runs on after its row was lost.
+func (g *overrunGuard) overran(id int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m == nil {
+		g.m = map[int64]chan struct{}{}
+	}
+	g.m[id] = make(chan struct{})
+	g.n.Add(1)
+}
+
+// returned ends what overran recorded, once the handler returned.
+func (g *overrunGuard) returned(id int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if ch, ok := g.m[id]; ok {
+		close(ch)
+		delete(g.m, id)
+		g.n.Add(-1)
+	}
+}
+
+// await waits for a handler of id that runs on after its row was lost.
+func (g *overrunGuard) await(id int64) {
+	if g.n.Load() == 0 {
+		return
+	}
+	g.mu.Lock()
+	ch := g.m[id]
+	g.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+// errShutdown is the cause of handlers' contexts at the shutdown timeout.
+func (e *Engine) errShutdown() error {
+	return fmt.Errorf("inbox: subscription %q: shutdown timeout %v passed", e.cfg.Name, e.cfg.Shutdown)
+}

@@ -1,0 +1,326 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/claim"
+	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// claimGather is the longest a claim for few workers waits for more.
+const claimGather = time.Millisecond
+
+// wakeCooldown is the least time between a claim that found nothing and
+// the next claim a wake starts.
+const wakeCooldown = 2 * time.Millisecond
+
+// Backoff of claims that fail: from minFailWait, doubling to maxFailWait.
+const (
+	minFailWait = 100 * time.Millisecond
+	maxFailWait = 30 * time.Second
+)
+
+// claimReq asks a claim goroutine for a claim.
+type claimReq struct {
+	asked int
+	gen   uint64 // the wake generation when the claim was asked for
+}
+
+type claimResult struct {
+	at    time.Time // on the engine's clock, when the claim was sent
+	asked int
+	jobs  []*claim.Job
+	err   error
+	gen   uint64 // the wake generation when the claim started
+}
+
+// loop is the claim loop: it keeps claims in flight for free workers, and
+// each event it waits on (a claim's result, a worker's kick, a wake, the
+// poll, a cooldown's or a gather's end, the stop) is a method.
+type loop struct {
+	e *Engine
+	w *workers
+
+	// A form whose claim takes a row for every free worker (lease,
+	// advisory) keeps one claim in flight: workers freed meanwhile join the
+	// next claim, so a busy subscription claims in large batches (Postgres,
+	// 2 instances x 100 workers, 30k no-op jobs: 8.3k jobs/s with a claim
+	// per free worker in flight, 16.7k with one). A form that takes one row
+	// a claim (row lock) keeps one in flight per free worker, within the
+	// connection budget. SQLite has one writer: one claim in flight.
+	maxClaims int
+	free      int // workers without a job, less those asked for in flight
+	inflight  int
+	settling  int
+	idle      bool // waiting for a wake or the poll
+	wakeGen   uint64
+
+	failures, quick, slow int // failed claims in a row; sent again at once; backed off
+	lastErr               string
+
+	results chan claimResult
+	claims  chan claimReq
+	// Claims outlive Run's ctx so that rows a claim took at the stop are
+	// known and given back; they are cut the shutdown timeout after it.
+	claimCtx     context.Context
+	cancelClaims context.CancelFunc
+	cut          *time.Timer
+	stopping     bool
+	ctxDone      <-chan struct{}
+
+	poll      clock.Timer
+	pollArmed bool
+	pollDue   time.Time
+
+	// A claim that found nothing holds the next wake-driven claim for
+	// wakeCooldown (host time: it paces statements, not the table's time),
+	// so a burst of wakes costs a few claims; a claim that found rows holds
+	// nothing, so a steady trickle is picked up at once.
+	lastShort time.Time
+	cooling   bool
+	coolTimer *time.Timer
+
+	// In a form whose claim takes a row for every free worker, a claim for
+	// fewer than half the workers, while the others are busy, waits up to
+	// claimGather for more of them to free up: under a backlog claims stay
+	// large, and a commit is paid per many rows. On Postgres, where each
+	// claim's commit waits for a WAL flush, a claim under a backlog (the
+	// last claim came back full) waits so for all the workers (lease, 200k
+	// jobs 2x100: 59 rows a claim and 110-116k jobs/s waiting for half, 86
+	// and 121-124k waiting for all); SQLite commits without a flush, and
+	// waiting for all there cost more than it saved (100k jobs 1x100: 113k
+	// -> 92-95k jobs/s). Host time too; a subscription with every worker
+	// free claims at once, and after a short claim only half are waited
+	// for, so a trickle is not held. A form of one row a claim never waits.
+	gatherAll   bool
+	backlog     bool
+	gathered    bool
+	gathering   bool
+	gatherTimer *time.Timer
+}
+
+func newLoop(e *Engine, w *workers, ctx context.Context) *loop {
+	l := &loop{e: e, w: w, maxClaims: 1, free: e.cfg.Workers, results: make(chan claimResult, e.cfg.Workers+1),
+		claims: make(chan claimReq), ctxDone: ctx.Done(), gatherAll: e.cfg.Postgres,
+		coolTimer: time.NewTimer(time.Hour), gatherTimer: time.NewTimer(time.Hour)}
+	l.coolTimer.Stop()
+	l.gatherTimer.Stop()
+	if e.cfg.Postgres && e.traits.RowsPerClaim != 0 {
+		l.maxClaims = e.cfg.Conns
+	}
+	w.kickEach = e.traits.PinsConnection || l.maxClaims > 1
+	l.claimCtx, l.cancelClaims = context.WithCancel(context.WithoutCancel(ctx))
+	l.rearm(e.cfg.Poll)
+	return l
+}
+
+// run claims and dispatches until the stop, and until the claims in
+// flight then have come back.
+func (l *loop) run(ctx context.Context) {
+	defer l.close()
+	for {
+		l.free += int(l.w.freed.Swap(0))
+		l.settling = int(l.w.settling.Load())
+		l.claimMore()
+		if l.stopping && l.inflight == 0 {
+			l.e.cfg.Idle.set(false, time.Time{}, nil)
+			return
+		}
+		var pollC <-chan time.Time
+		var pollAt time.Time
+		if l.pollArmed {
+			pollC, pollAt = l.poll.C(), l.pollDue
+		}
+		l.e.cfg.Idle.set(l.idle && !l.stopping && l.inflight == 0 && l.free == l.e.cfg.Workers && l.settling == 0, pollAt, l.e.cfg.Wakes)
+		select {
+		case r := <-l.results:
+			l.onResult(ctx, r)
+		case <-l.w.kick:
+			// The counts are read at the top of the loop.
+		case <-l.e.cfg.Wakes:
+			l.onWake()
+		case <-l.coolTimer.C:
+			l.cooling = false
+		case <-l.gatherTimer.C:
+			l.gathering, l.gathered = false, true
+		case <-pollC:
+			l.onPoll()
+		case <-l.ctxDone:
+			l.stop()
+		}
+	}
+}
+
+// close ends the claim goroutines (none is in flight) and the timers.
+func (l *loop) close() {
+	close(l.claims)
+	l.poll.Stop()
+	l.coolTimer.Stop()
+	l.gatherTimer.Stop()
+	l.cancelClaims()
+	if l.cut != nil {
+		l.cut.Stop()
+	}
+}
+
+// claimMore sends claims for free workers while the loop may.
+func (l *loop) claimMore() {
+	e := l.e
+	rows := e.traits.RowsPerClaim
+	for !l.stopping && !l.idle && !l.cooling && l.free > 0 && l.inflight < l.maxClaims && l.inflight+e.cfg.Claimer.Held() < e.cfg.Conns {
+		if rows == 0 && !l.gathered && (l.free*2 < e.cfg.Workers || l.gatherAll && l.backlog && l.free < e.cfg.Workers) {
+			if !l.gathering {
+				l.gathering = true
+				l.gatherTimer.Reset(claimGather)
+			}
+			return
+		}
+		l.gathered = false
+		k := min(l.free, dialect.MaxClaim)
+		if rows > 0 {
+			k = min(k, rows)
+		}
+		l.free -= k
+		l.inflight++
+		e.stats.claims.Add(1)
+		req := claimReq{asked: k, gen: l.wakeGen}
+		select {
+		case l.claims <- req: // a claim goroutine waits
+		default:
+			go l.claiming(req)
+		}
+	}
+}
+
+// claiming is a claim goroutine. They are kept: a claim goes to one that
+// waits, or to a new one when none does yet (about one for each claim in
+// flight): a new goroutine's stack grows again through the driver's calls
+// on every claim (stack copying was 6% of the process's CPU in a Postgres
+// drain). They end when the loop does, which waits for the claims in
+// flight first.
+func (l *loop) claiming(r claimReq) {
+	for ok := true; ok; r, ok = <-l.claims {
+		at := l.e.cfg.Clock.Now()
+		jobs, err := l.e.cfg.Claimer.Claim(l.claimCtx, r.asked)
+		l.results <- claimResult{at: at, asked: r.asked, jobs: jobs, err: err, gen: r.gen}
+	}
+}
+
+// onResult dispatches a claim's jobs (or gives them back at the stop) and
+// decides when to claim next.
+func (l *loop) onResult(ctx context.Context, r claimResult) {
+	if !l.stopping && ctx.Err() != nil {
+		// The stop and this claim came together: the stop wins, and the
+		// rows are given back unstarted.
+		l.stop()
+	}
+	l.inflight--
+	l.free += r.asked - len(r.jobs)
+	l.backlog = r.err == nil && len(r.jobs) == r.asked
+	l.e.stats.claimed.Add(int64(len(r.jobs)))
+	for _, j := range r.jobs {
+		if l.stopping {
+			l.e.release(j)
+			l.free++
+			continue
+		}
+		l.w.dispatch(task{j: j, at: r.at})
+	}
+	switch {
+	case r.err != nil:
+		l.onFailure(r.err)
+	case len(r.jobs) < r.asked && r.gen == l.wakeGen:
+		l.worked()
+		l.idle = true
+		if len(r.jobs) == 0 {
+			l.lastShort = time.Now()
+		}
+		l.rearm(l.e.cfg.Poll)
+	case len(r.jobs) < r.asked:
+		// Woken while the claim ran: claim again, after the cooldown if
+		// this one found nothing at all.
+		if len(r.jobs) == 0 {
+			l.lastShort = time.Now()
+			l.cool()
+		}
+	default:
+		l.worked()
+	}
+}
+
+// onFailure decides when to claim again after a failed claim. An
+// unreachable database is logged once until it is back; any other failure
+// (a dropped or altered table) each time, at the backoff's pace.
+func (l *loop) onFailure(err error) {
+	e := l.e
+	l.failures++
+	if msg := err.Error(); !e.cfg.Unreachable(err) || msg != l.lastErr {
+		e.log.Error("inbox: claim failed; retrying with backoff", "table", e.cfg.Table, "err", err, "failures", l.failures)
+		l.lastErr = msg
+	}
+	if e.deadConn(err) && l.quick <= e.cfg.Conns {
+		// Failed on a connection that had ended: the pool dropped it, and
+		// the next claim takes another, at once (each such failure ends
+		// one dead connection).
+		l.quick++
+		return
+	}
+	// Repeated failures back off, doubling; a wake meanwhile is kept: the
+	// claim at the backoff's end is the one it asks for.
+	l.slow++
+	l.idle = true
+	l.rearm(min(minFailWait<<min(l.slow-1, 9), maxFailWait))
+}
+
+// worked notes a claim that did not fail.
+func (l *loop) worked() {
+	if l.failures > 0 {
+		l.e.log.Info("inbox: claims work again", "table", l.e.cfg.Table)
+		l.failures, l.lastErr, l.quick, l.slow = 0, "", 0, 0
+	}
+}
+
+// onWake: a publish or a notification. During a failure's backoff the
+// claim at its end serves the wake.
+func (l *loop) onWake() {
+	l.wakeGen++
+	if l.failures == 0 && l.idle {
+		l.idle = false
+		l.cool()
+	}
+}
+
+// onPoll is like a wake: a claim in flight now may have started too early
+// to see what the poll is for.
+func (l *loop) onPoll() {
+	l.pollArmed = false
+	l.wakeGen++
+	l.idle = false
+}
+
+// stop claims no more, and cuts the claims in flight the shutdown timeout
+// from now.
+func (l *loop) stop() {
+	l.stopping = true
+	l.ctxDone = nil
+	l.cut = time.AfterFunc(l.e.cfg.Shutdown, l.cancelClaims)
+}
+
+func (l *loop) cool() {
+	if wait := wakeCooldown - time.Since(l.lastShort); wait > 0 {
+		l.cooling = true
+		l.coolTimer.Reset(wait)
+	}
+}
+
+// rearm arms the poll (or a failure's backoff) for d from now.
+func (l *loop) rearm(d time.Duration) {
+	if l.poll != nil {
+		l.poll.Stop()
+	}
+	l.pollDue = l.e.cfg.Clock.Now().Add(d)
+	l.poll = l.e.cfg.Clock.NewTimer(d)
+	l.pollArmed = true
+}

@@ -1,0 +1,153 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sqlinbox/sqlinbox/claim"
+)
+
+// settleTries is how often a settlement that failed on a dead connection is
+// sent: each failure ends one dead connection of the pool, and the
+// statements are fenced, so a repeat changes nothing that the first did.
+const settleTries = 3
+
+// deadConn reports whether err says the connection a statement ran on had
+// ended (terminated, reset, closed), as opposed to the database refusing
+// new ones: a statement sent again takes another connection of the pool.
+func (e *Engine) deadConn(err error) bool {
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) || errors.Is(err, syscall.ECONNREFUSED) || strings.Contains(err.Error(), "connection refused") {
+		return false
+	}
+	return e.cfg.Unreachable(err)
+}
+
+// again runs a settlement, and again while it fails on a dead connection
+// (never one whose hold was lost: that is ErrLost, and final).
+func (e *Engine) again(f func() error) error {
+	err := f()
+	for i := 1; i < settleTries && err != nil && e.deadConn(err) && !errors.Is(err, claim.ErrLost); i++ {
+		err = f()
+	}
+	return err
+}
+
+// settleHandling settles a handled job and reports its event.
+func (e *Engine) settleHandling(h *handling) {
+	var serr error
+	h.ev.Outcome, serr = e.settle(h.j, h.err, h.lost)
+	if h.ev.Outcome == Failed {
+		h.ev.Err = errors.Join(h.ev.Err, serr)
+	}
+	e.report(&h.ev)
+}
+
+// reportAck counts and reports an ack the form answered on its own.
+func (e *Engine) reportAck(h *handling, err error) {
+	h.ev.Outcome = Acked
+	if err != nil {
+		h.ev.Outcome = e.settleFailed(h.j, "ack", err)
+		if h.ev.Outcome == Failed {
+			h.ev.Err = err
+		}
+	} else {
+		e.stats.acked.Add(1)
+	}
+	e.report(&h.ev)
+}
+
+func (e *Engine) report(ev *Event) {
+	if e.cfg.Observe != nil {
+		ev.End = e.cfg.Clock.Now()
+		e.cfg.Observe(*ev)
+	}
+}
+
+// settle acks, retries, parks or snoozes a job whose handler returned err,
+// and returns the outcome, with the settlement's error when it failed.
+func (e *Engine) settle(j *claim.Job, err error, lost bool) (Outcome, error) {
+	if lost {
+		if f, ok := j.Settler.(claim.Forgetter); ok {
+			f.Forget() // never settled: the form stops counting it in work
+		}
+		return Lost, nil
+	}
+	if err == nil {
+		// Every form bounds its own ack (claim.Settler): no timer a job here.
+		if serr := e.again(func() error { return j.Ack(context.Background()) }); serr != nil {
+			return e.settleFailed(j, "ack", serr), serr
+		}
+		e.stats.acked.Add(1)
+		return Acked, nil
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer scancel()
+	verdict, delay := e.cfg.Judge(err)
+	attempt := max(j.Attempts, 1)
+	switch {
+	case verdict == Snooze:
+		if serr := e.again(func() error { return j.Snooze(sctx, delay) }); serr != nil {
+			return e.settleFailed(j, "snooze", serr), serr
+		}
+		e.stats.snoozed.Add(1)
+		return Snoozed, nil
+	case verdict == Park || e.cfg.Counts && attempt >= e.cfg.MaxAttempts:
+		if serr := e.again(func() error { return j.Park(sctx, err.Error()) }); serr != nil {
+			return e.settleFailed(j, "park", serr), serr
+		}
+		e.stats.parked.Add(1)
+		e.log.Warn("inbox: row parked", "table", e.cfg.Table, "id", j.ID, "attempts", attempt, "err", err)
+		return Parked, nil
+	case verdict == Retry:
+		delay = e.backoff(j.ID, attempt)
+	}
+	if serr := e.again(func() error { return j.Retry(sctx, delay, err.Error()) }); serr != nil {
+		return e.settleFailed(j, "retry", serr), serr
+	}
+	e.stats.retried.Add(1)
+	e.log.Debug("inbox: handler failed; row retried", "table", e.cfg.Table, "id", j.ID, "attempt", attempt, "delay", delay, "err", err)
+	return Retried, nil
+}
+
+// backoff is the delay after a failed attempt.
+func (e *Engine) backoff(id int64, attempt int) time.Duration {
+	if e.cfg.Backoff != nil {
+		return e.cfg.Backoff(attempt)
+	}
+	return jittered(id, attempt, MaxBackoff)
+}
+
+// MaxBackoff caps the default backoff (inbox.MaxBackoff).
+const MaxBackoff = 10 * time.Minute
+
+func (e *Engine) settleFailed(j *claim.Job, what string, err error) Outcome {
+	if errors.Is(err, claim.ErrLost) {
+		e.stats.lost.Add(1)
+		e.log.Warn("inbox: claim lost before "+what+" (its lease was taken over, or the connection holding it ended); the row is someone else's now and this outcome changes nothing", "table", e.cfg.Table, "id", j.ID, "err", err)
+		return Lost
+	}
+	e.stats.failed.Add(1)
+	e.log.Error("inbox: "+what+" failed; the row comes back after its lease", "table", e.cfg.Table, "id", j.ID, "err", err)
+	return Failed
+}
+
+// release gives back a row claimed at the stop, unstarted.
+func (e *Engine) release(j *claim.Job) {
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	if err := j.Release(ctx); err != nil {
+		e.log.Warn("inbox: could not give back an unstarted row; it waits out its lease", "table", e.cfg.Table, "id", j.ID, "err", err)
+		return
+	}
+	e.stats.released.Add(1)
+	if e.cfg.Observe != nil {
+		now := e.cfg.Clock.Now()
+		e.cfg.Observe(Event{Subscription: e.cfg.Name, ID: j.ID, Attempt: max(j.Attempts, 1), Start: now, End: now, Outcome: Released})
+	}
+}

@@ -31,8 +31,10 @@ type heldClaimer struct {
 	gates             map[int64]chan struct{}
 }
 
-func (c *heldClaimer) Traits() claim.Traits { return claim.Traits{RowsPerClaim: 1, PinsConnection: true} }
-func (c *heldClaimer) Held() int  { return int(c.held.Load()) }
+func (c *heldClaimer) Traits() claim.Traits {
+	return claim.Traits{RowsPerClaim: 1, PinsConnection: true}
+}
+func (c *heldClaimer) Held() int { return int(c.held.Load()) }
 
 func (c *heldClaimer) gate(id int64) chan struct{} {
 	c.mu.Lock()

@@ -45,7 +45,7 @@ type claimer struct {
 }
 
 func (c *claimer) Traits() claim.Traits { return claim.Traits{HoldExpires: true} }
-func (c *claimer) Held() int  { return 0 }
+func (c *claimer) Held() int            { return 0 }
 
 func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	e := &c.env

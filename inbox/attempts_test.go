@@ -34,14 +34,15 @@ func TestRowThatKillsItsProcessIsParked(t *testing.T) {
 				url = inboxtest.Postgres(t)
 			}
 			b := open(t, url, inbox.WithClock(fake()))
+			table := ownTable(t, b)
 			// Claimed three times already, never settled.
-			if _, err := b.DB().Exec("INSERT INTO jobs (payload, attempts) VALUES ('p', 3)"); err != nil {
+			if _, err := b.DB().Exec("INSERT INTO " + table + " (payload, attempts) VALUES ('p', 3)"); err != nil {
 				t.Fatal(err)
 			}
-			insert(t, b.DB(), 1)
+			insertInto(t, b.DB(), table, 1)
 			ev := inboxtest.NewEvents(t)
 			var ran atomic.Int32
-			sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(ctx context.Context, j Job) error {
+			sub, err := inbox.Subscribe(b, inbox.MustQueue[Job](table), func(ctx context.Context, j Job) error {
 				if j.Attempts != 1 {
 					t.Errorf("handler ran on row %d at attempt %d", j.ID, j.Attempts)
 				}
@@ -65,7 +66,7 @@ func TestRowThatKillsItsProcessIsParked(t *testing.T) {
 			if n := ran.Load(); n != 1 {
 				t.Fatalf("handler ran %d times, want once (the fresh row only)", n)
 			}
-			rows := inboxtest.ParkedRows(t, b, inbox.MustQueue[Job]("jobs"))
+			rows := inboxtest.ParkedRows(t, b, inbox.MustQueue[Job](table))
 			if len(rows) != 1 || rows[0].Attempts != 4 {
 				t.Fatalf("parked rows %v, want one with attempts 4", rows)
 			}

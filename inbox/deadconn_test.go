@@ -27,8 +27,9 @@ func TestEveryConnectionTerminated(t *testing.T) {
 			producer := open(t, base)
 			svcURL, app := appURL(t, base)
 			b := open(t, svcURL, inbox.MaxConns(8))
+			table := ownTable(t, b)
 			ev := inboxtest.NewEvents(t)
-			sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(ctx context.Context, j Job) error { return nil },
+			sub, err := inbox.Subscribe(b, inbox.MustQueue[Job](table), func(ctx context.Context, j Job) error { return nil },
 				inbox.Form(f), inbox.Workers(4), ev.Observe())
 			if err != nil {
 				t.Fatal(err)
@@ -51,14 +52,14 @@ func TestEveryConnectionTerminated(t *testing.T) {
 					case <-tick.C:
 					}
 					var id int64
-					if err := producer.DB().QueryRow("INSERT INTO jobs (payload) VALUES ('p') RETURNING id").Scan(&id); err != nil {
+					if err := producer.DB().QueryRow("INSERT INTO " + table + " (payload) VALUES ('p') RETURNING id").Scan(&id); err != nil {
 						t.Error(err)
 						return
 					}
 					mu.Lock()
 					written[id] = time.Now()
 					mu.Unlock()
-					b.Wake("jobs", "")
+					b.Wake(table, "")
 				}
 			}()
 			ev.Wait("rows flowing", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) >= 20 })
@@ -103,7 +104,10 @@ func TestEveryConnectionTerminated(t *testing.T) {
 			// Every row is handled and gone. (An ack whose connection ended
 			// after its delete committed reports Lost: the row is gone all
 			// the same.)
-			eventually(t, "every row gone", func() bool { return rows(t, producer.DB()) == 0 })
+			eventually(t, "every row gone", func() bool {
+				var n int
+				return producer.DB().QueryRow("SELECT count(*) FROM "+table).Scan(&n) == nil && n == 0
+			})
 			all := ev.All()
 			acks := map[int64]int{}
 			for _, x := range all {

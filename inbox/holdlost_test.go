@@ -17,6 +17,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/claim/rowlock"
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
+	"github.com/sqlinbox/sqlinbox/migrations"
 )
 
 // appURL is url with an application_name of its own, so a test can find
@@ -36,9 +37,33 @@ func appURL(t *testing.T, raw string) (string, string) {
 	return u.String(), app
 }
 
+// ownTable makes an inbox table of a name of its own in b's database and
+// returns the name: an advisory lock's class comes from the table's name,
+// and pg_locks is the database's, shared by every test's schema.
+func ownTable(t *testing.T, b *inbox.Broker) string {
+	t.Helper()
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	table := "jobs_" + hex.EncodeToString(r[:])
+	if err := migrations.Apply(context.Background(), b.DB(), table); err != nil {
+		t.Fatal(err)
+	}
+	return table
+}
+
+// insertInto writes n rows into table by plain SQL.
+func insertInto(t *testing.T, db *sql.DB, table string, n int) {
+	t.Helper()
+	for range n {
+		if _, err := db.Exec("INSERT INTO " + table + " (payload) VALUES ('p')"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // terminateHolder ends the session that holds row id in form f, and fails
 // unless it ended one.
-func terminateHolder(t *testing.T, db *sql.DB, f claim.Form, app string, id int64) {
+func terminateHolder(t *testing.T, db *sql.DB, f claim.Form, app, table string, id int64) {
 	t.Helper()
 	q := `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
 		WHERE application_name = $1 AND state LIKE 'idle in transaction%'`
@@ -46,7 +71,7 @@ func terminateHolder(t *testing.T, db *sql.DB, f claim.Form, app string, id int6
 	if f == advisory.Form {
 		q = `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_locks
 			WHERE locktype = 'advisory' AND classid = $1::int::oid AND objid = $2::bigint::oid AND objsubid = 2 AND granted`
-		args = []any{advisory.Class("jobs"), id}
+		args = []any{advisory.Class(table), id}
 	}
 	var n int
 	if err := db.QueryRow(q, args...).Scan(&n); err != nil {
@@ -68,9 +93,10 @@ func TestHoldLostIsTold(t *testing.T) {
 			producer := open(t, base)
 			victimURL, app := appURL(t, base)
 			b := open(t, victimURL, inbox.MaxConns(4), inbox.PollInterval(50*time.Millisecond))
+			table := ownTable(t, b)
 			started := make(chan int64)
 			told := make(chan error)
-			sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(ctx context.Context, j Job) error {
+			sub, err := inbox.Subscribe(b, inbox.MustQueue[Job](table), func(ctx context.Context, j Job) error {
 				started <- j.ID
 				<-ctx.Done()
 				told <- context.Cause(ctx)
@@ -83,8 +109,8 @@ func TestHoldLostIsTold(t *testing.T) {
 			const rounds = 20
 			var took []time.Duration
 			for range rounds {
-				insert(t, producer.DB(), 1)
-				b.Wake("jobs", "")
+				insertInto(t, producer.DB(), table, 1)
+				b.Wake(table, "")
 				var id int64
 				select {
 				case id = <-started:
@@ -92,7 +118,7 @@ func TestHoldLostIsTold(t *testing.T) {
 					t.Fatal("no handling started within 30s")
 				}
 				killed := time.Now()
-				terminateHolder(t, producer.DB(), f, app, id)
+				terminateHolder(t, producer.DB(), f, app, table, id)
 				select {
 				case cause := <-told:
 					took = append(took, time.Since(killed))
@@ -103,7 +129,7 @@ func TestHoldLostIsTold(t *testing.T) {
 					t.Fatalf("row %d: the handler was not told within 30s that its hold ended", id)
 				}
 				// The row comes back and is handled again: let it be.
-				if _, err := producer.DB().Exec("DELETE FROM jobs"); err != nil {
+				if _, err := producer.DB().Exec("DELETE FROM " + table); err != nil {
 					t.Fatal(err)
 				}
 				drain(started, told)
@@ -142,6 +168,7 @@ func TestHoldLostNoTwoHandlersOfOneID(t *testing.T) {
 			producer := open(t, base)
 			victimURL, app := appURL(t, base)
 			b := open(t, victimURL, inbox.MaxConns(5), inbox.PollInterval(50*time.Millisecond))
+			table := ownTable(t, b)
 			var (
 				mu       sync.Mutex
 				running  int
@@ -152,7 +179,7 @@ func TestHoldLostNoTwoHandlersOfOneID(t *testing.T) {
 			toldCh := make(chan struct{})
 			first := make(chan int64, 1)
 			ev := inboxtest.NewEvents(t)
-			sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(ctx context.Context, j Job) error {
+			sub, err := inbox.Subscribe(b, inbox.MustQueue[Job](table), func(ctx context.Context, j Job) error {
 				mu.Lock()
 				running++
 				calls++
@@ -174,17 +201,17 @@ func TestHoldLostNoTwoHandlersOfOneID(t *testing.T) {
 				t.Fatal(err)
 			}
 			inboxtest.RunSubscription(t, sub)
-			insert(t, producer.DB(), 1)
-			b.Wake("jobs", "")
+			insertInto(t, producer.DB(), table, 1)
+			b.Wake(table, "")
 			id := <-first
-			terminateHolder(t, producer.DB(), f, app, id)
+			terminateHolder(t, producer.DB(), f, app, table, id)
 			<-toldCh
 			// The row is claimed again by this process while the first
 			// handler runs on: its attempts reach 2 (the database says it;
 			// nothing else signals it).
 			eventually(t, "the row claimed again", func() bool {
 				var n int
-				_ = producer.DB().QueryRow("SELECT attempts FROM jobs WHERE id = $1", id).Scan(&n)
+				_ = producer.DB().QueryRow("SELECT attempts FROM "+table+" WHERE id = $1", id).Scan(&n)
 				return n >= 2 && sub.Stats().Claimed >= 2
 			})
 			mu.Lock()

@@ -44,7 +44,7 @@ const staleBeats = 3
 // workers and the table's column roles) and per-minute counts of each
 // queue's handlings. Run removes the record when it returns; an instance
 // that dies is shown as gone once its heartbeat is three intervals old.
-// A registered service also obeys pauses (PauseQueue): a paused queue's
+// A registered service also obeys pauses (Operator.Pause, inbox pause): a paused queue's
 // subscriptions claim nothing until it is resumed, and an instance that
 // starts while its queue is paused starts paused.
 //
@@ -91,6 +91,9 @@ type registry struct {
 	sql    dialect.RegistrySQL
 	log    *slog.Logger
 	pauses atomic.Pointer[pauseSet]
+	// claiming is held shared by each gated claim and alone while a new
+	// pause is installed (see gatedClaimer).
+	claiming sync.RWMutex
 
 	joined   bool
 	retryAt  time.Time // when to try joining again after a failure
@@ -121,24 +124,25 @@ func (p pauseSet) holds(table, group string) bool {
 	return p[[2]string{table, ""}] || (group != "" && p[[2]string{table, group}])
 }
 
-// gate is what a subscription's claims consult before each claim.
-type gate interface {
-	paused(table, group string) bool
-}
-
 func (r *registry) paused(table, group string) bool { return r.pauses.Load().holds(table, group) }
 
 // gatedClaimer claims nothing while its queue is paused: the claim comes
 // back empty, so the subscription waits for its poll or a wake (a resume
-// wakes it). Running handlers are not touched.
+// wakes it). Running handlers are not touched. A claim holds the registry's
+// claim lock (shared) from its look at the paused set to its end, and a new
+// pause is installed under the lock held alone: once Paused reports a pause,
+// no claim that looked before it is still running, and a row written from
+// then on is not claimed.
 type gatedClaimer struct {
 	claim.Claimer
-	gate         gate
+	reg          *registry
 	table, group string
 }
 
 func (c gatedClaimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
-	if c.gate.paused(c.table, c.group) {
+	c.reg.claiming.RLock()
+	defer c.reg.claiming.RUnlock()
+	if c.reg.paused(c.table, c.group) {
 		return nil, nil
 	}
 	return c.Claimer.Claim(ctx, max)
@@ -151,7 +155,7 @@ func (r *registry) start(ctx context.Context) {
 	r.started = r.b.clock.Now()
 	r.join(ctx)
 	for _, sub := range r.svc.subs {
-		sub.claimer = gatedClaimer{Claimer: sub.claimer, gate: r, table: sub.table, group: sub.group}
+		sub.claimer = gatedClaimer{Claimer: sub.claimer, reg: r, table: sub.table, group: sub.group}
 		prev, sub := sub.cfg.observe, sub
 		sub.cfg.observe = func(e Event) {
 			r.record(sub, e)
@@ -290,7 +294,18 @@ func (r *registry) setPaused(text string) {
 	for _, p := range pairs {
 		next[p] = true
 	}
-	prev := *r.pauses.Swap(&next)
+	prev := *r.pauses.Load()
+	added := false
+	for k := range next {
+		added = added || !prev[k]
+	}
+	if added {
+		r.claiming.Lock() // the claims that looked before the pause end first
+		r.pauses.Store(&next)
+		r.claiming.Unlock()
+	} else {
+		r.pauses.Store(&next)
+	}
 	for k := range prev {
 		if !next[k] {
 			r.b.hub.Wake(k[0], k[1])

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgproto3"
+
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
 )
@@ -104,4 +106,93 @@ func runWithin(t *testing.T, f func(context.Context) error) error {
 func isNotFound(err error) bool {
 	var de *net.DNSError
 	return errors.As(err, &de) && de.IsNotFound
+}
+
+// fakePostgres answers every connection's startup with a FATAL error of
+// code, as a server refusing a password or still starting up would, and
+// reports each attempt on tries.
+func fakePostgres(t *testing.T, code string) (url string, tries chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	tries = make(chan struct{}, 100)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				be := pgproto3.NewBackend(c, c)
+				msg, err := be.ReceiveStartupMessage()
+				if _, ok := msg.(*pgproto3.SSLRequest); ok && err == nil {
+					if _, err := c.Write([]byte("N")); err != nil {
+						return
+					}
+					msg, err = be.ReceiveStartupMessage()
+				}
+				if err != nil {
+					return
+				}
+				select {
+				case tries <- struct{}{}:
+				default:
+				}
+				be.Send(&pgproto3.ErrorResponse{Severity: "FATAL", Code: code, Message: "refused by the fake server"})
+				_ = be.Flush()
+			}()
+		}
+	}()
+	return "postgres://someone:s3cret@" + ln.Addr().String() + "/db?sslmode=disable", tries
+}
+
+// Failed authentication is returned at once; a server starting up (57P03)
+// is waited for, retried with backoff until the subscription is stopped.
+func TestFailedAuthReturnedStartingUpRetried(t *testing.T) {
+	url, _ := fakePostgres(t, "28P01")
+	b, err := inbox.Open(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = runWithin(t, sub.Run)
+	var ce *inbox.ConnectionError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "password") || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("failed authentication: %v", err)
+	}
+
+	url, tries := fakePostgres(t, "57P03")
+	b2, err := inbox.Open(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	sub, err = inbox.Subscribe(b2, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx) }()
+	for i := range 3 { // the first try and two retries
+		select {
+		case <-tries:
+		case err := <-done:
+			t.Fatalf("Run returned while the server was starting up (after %d tries): %v", i, err)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d tries in 30s", i)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after stop: %v", err)
+	}
 }

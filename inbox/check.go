@@ -133,7 +133,7 @@ func checkTable(ctx context.Context, b *Broker, table string, s *shape, grouped 
 	}
 	scanned := s.scanned()
 	for _, f := range scanned {
-		t.Columns = append(t.Columns, dialect.Quote(f.column))
+		t.Columns = append(t.Columns, claimColumn(f))
 	}
 	typ := s.typ
 	t.New = func(dest []any) (any, []any) {

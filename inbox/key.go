@@ -232,3 +232,13 @@ func lookUpKeys(d *dialect.Dialect, table string, s *shape, keys []string, query
 	}
 	return out, r.Err()
 }
+
+// claimColumn is what a claim reads for field f: its column, but a key
+// without one (NULL) as "" for a string field, since an empty key is
+// written as NULL.
+func claimColumn(f field) string {
+	if f.role == RoleKey && f.typ.Kind() == reflect.String {
+		return fmt.Sprintf("COALESCE(%s, '')", dialect.Quote(f.column))
+	}
+	return dialect.Quote(f.column)
+}

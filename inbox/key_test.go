@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/inboxtest"
 )
 
 // Invoice is a row of a table with keys.
@@ -154,6 +155,39 @@ func TestPublishManyKeys(t *testing.T) {
 		}
 		if n := rowsIn(t, b); n != 5 {
 			t.Fatalf("%d rows, want 5 (old, k1, k2 and two without a key)", n)
+		}
+	})
+}
+
+// Rows with and without a key are claimed into a string key field: no key
+// reads as "".
+func TestKeyedRowsHandled(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		b := openKeyed(t, url, true)
+		q := inbox.MustQueue[Invoice]("jobs")
+		if _, err := inbox.PublishMany(context.Background(), b, q, []Invoice{{Payload: []byte("a"), Key: "k"}, {Payload: []byte("b")}}); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan string, 2)
+		sub, err := inbox.Subscribe(b, q, func(_ context.Context, inv Invoice) error {
+			got <- string(inv.Payload) + "=" + inv.Key
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inboxtest.RunSubscription(t, sub)
+		seen := map[string]bool{}
+		for range 2 {
+			select {
+			case s := <-got:
+				seen[s] = true
+			case <-time.After(30 * time.Second):
+				t.Fatalf("handled only %v", seen)
+			}
+		}
+		if !seen["a=k"] || !seen["b="] {
+			t.Fatalf("handled %v, want a=k and b=", seen)
 		}
 	})
 }

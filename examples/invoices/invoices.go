@@ -25,6 +25,9 @@ type RenderInvoice struct {
 	Payload     []byte     `db:"payload" inbox:"payload"`
 	Group       string     `db:"group_name" inbox:"group"`
 	Attempts    int        `db:"attempts" inbox:"attempts"`
+	// Key names the invoice: while its row is queued, the same invoice
+	// written again is not queued twice (a unique index; see Migrate).
+	Key string `db:"invoice_key" inbox:"key"`
 }
 
 // Invoice is what a payload holds.
@@ -83,7 +86,7 @@ func NewInstance(name, url string, q inbox.Queue[RenderInvoice], outDir string, 
 func NewService(b *inbox.Broker, q inbox.Queue[RenderInvoice], render inbox.Handler[RenderInvoice], opts ...inbox.SubOption) (*inbox.Service, *inbox.Subscription, error) {
 	svc := inbox.NewService("invoices", "1.0.0", b)
 	svc.Signals = false
-	svc.OnStart(func(ctx context.Context) error { return migrations.Apply(ctx, b.DB(), Table) })
+	svc.OnStart(func(ctx context.Context) error { return Migrate(ctx, b.DB()) })
 	sub, err := inbox.Handle(svc, q, render, append([]inbox.SubOption{inbox.Workers(4)}, opts...)...)
 	if err != nil {
 		return nil, nil, err
@@ -114,22 +117,59 @@ func Renderer(name, outDir string, done chan<- Rendered) inbox.Handler[RenderInv
 	}
 }
 
+// Migrate makes the invoice table: the reference inbox table, and the
+// invoice_key column with its unique index. Safe to run again, and from
+// two instances at once (one transaction).
+func Migrate(ctx context.Context, db *sql.DB) error {
+	if err := migrations.Apply(ctx, db, Table); err != nil {
+		return err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	has := 0
+	add := "ALTER TABLE invoice_jobs ADD COLUMN IF NOT EXISTS invoice_key text"
+	if _, ok := db.Driver().(*sqlite.Driver); ok {
+		// SQLite has no ADD COLUMN IF NOT EXISTS.
+		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM pragma_table_info('invoice_jobs') WHERE name = 'invoice_key'").Scan(&has); err != nil {
+			return err
+		}
+		add = "ALTER TABLE invoice_jobs ADD COLUMN invoice_key text"
+	}
+	for _, ddl := range []string{add, "CREATE UNIQUE INDEX IF NOT EXISTS invoice_jobs_invoice_key ON invoice_jobs (invoice_key)"} {
+		if ddl == add && has > 0 {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, ddl); err != nil {
+			return fmt.Errorf("migrate %s: %w", Table, err)
+		}
+	}
+	return tx.Commit()
+}
+
 // WriteInvoices is the shop: it writes invoices from..from+n-1 of group to
 // render with plain SQL, as any program could, on a connection of its own.
+// Each row's key names its invoice (in its group): an invoice written again
+// while its row is queued is not queued again.
 func WriteInvoices(ctx context.Context, db *sql.DB, group string, from, n int) error {
-	insert := "INSERT INTO invoice_jobs (group_name, payload) VALUES ($1, $2)"
+	insert := "INSERT INTO invoice_jobs (group_name, payload, invoice_key) VALUES ($1, $2, $3) ON CONFLICT (invoice_key) DO NOTHING"
 	if _, ok := db.Driver().(*sqlite.Driver); ok {
-		insert = "INSERT INTO invoice_jobs (group_name, payload) VALUES (?, ?)"
+		insert = "INSERT INTO invoice_jobs (group_name, payload, invoice_key) VALUES (?, ?, ?) ON CONFLICT (invoice_key) DO NOTHING"
 	}
 	customers := []string{"Ada Lovelace", "Grace Hopper", "Edsger Dijkstra", "Barbara Liskov", "Ken Thompson"}
 	for i := from; i < from+n; i++ {
 		payload, _ := json.Marshal(Invoice{Number: i, Customer: customers[i%len(customers)], Total: float64(i*37%500) + 0.99})
-		if _, err := db.ExecContext(ctx, insert, group, payload); err != nil {
+		if _, err := db.ExecContext(ctx, insert, group, payload, InvoiceKey(group, i)); err != nil {
 			return fmt.Errorf("shop: write invoice %d: %w", i, err)
 		}
 	}
 	return nil
 }
+
+// InvoiceKey is the key of invoice n of group.
+func InvoiceKey(group string, n int) string { return fmt.Sprintf("%s/invoice-%d", group, n) }
 
 // Run starts the instances, waits until both have started, and stops them
 // when ctx ends; it returns once both have stopped.

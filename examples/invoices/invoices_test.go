@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -10,7 +11,6 @@ import (
 
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
-	"github.com/sqlinbox/sqlinbox/migrations"
 )
 
 // instances starts two instances of the service on url, each with a broker
@@ -49,8 +49,19 @@ func instances(t *testing.T, url string, done chan Rendered) (*inboxtest.Run, *i
 func renderedOnce(t *testing.T, url string) {
 	done := make(chan Rendered, 100)
 	run, rec, brokers := instances(t, url, done)
-	if err := WriteInvoices(context.Background(), brokers[0].DB(), "", 1, 20); err != nil {
-		t.Fatal(err)
+	// The shop writes every invoice twice, and publishes three of them
+	// again: a key names each invoice, so each is queued, and rendered, once.
+	for range 2 {
+		if err := WriteInvoices(context.Background(), brokers[0].DB(), "", 1, 20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n := 1; n <= 3; n++ {
+		payload, _ := json.Marshal(Invoice{Number: n})
+		id, err := inbox.Publish(context.Background(), brokers[1], Queue, RenderInvoice{Payload: payload, Key: InvoiceKey("", n)})
+		if !errors.Is(err, inbox.ErrDuplicate) || id != int64(n) {
+			t.Fatalf("invoice %d published again: id %d, %v; want row %d and ErrDuplicate", n, id, err, n)
+		}
 	}
 	// Rows written by plain SQL wake nobody: the next poll finds them.
 	run.Advance(250 * time.Millisecond)
@@ -166,7 +177,7 @@ func TestDemoSharesWorkAndTouchesOnlyItsRows(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			other := inboxtest.Open(t, url)
-			if err := migrations.Apply(ctx, other, Table); err != nil {
+			if err := Migrate(ctx, other); err != nil {
 				t.Fatal(err)
 			}
 			if err := WriteInvoices(ctx, other, "someone-else", 99, 1); err != nil {

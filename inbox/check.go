@@ -61,8 +61,9 @@ func checkTable(ctx context.Context, b *Broker, table string, s *shape, grouped 
 		return claim.Table{}, fmt.Errorf("inbox: table %q: %w", table, err)
 	}
 	if len(cols) == 0 {
-		return claim.Table{}, &TableError{Table: table, Problem: "does not exist",
-			Fix: fmt.Sprintf("migrations.Apply(ctx, db, %q) for the reference table, or CREATE TABLE with the columns of %v", table, s.typ)}
+		return claim.Table{}, &TableError{Table: table,
+			Problem: fmt.Sprintf("does not exist (migrations.Apply(ctx, db, %q) creates the reference table)", table),
+			Fix:     createTable(d.Kind, table, s, grouped)}
 	}
 	byName := map[string]dialect.Column{}
 	for _, c := range cols {

@@ -36,6 +36,20 @@ func fixErr(ctx context.Context, b *Broker, table string, cols []dialect.Column,
 	return te
 }
 
+// createTable is the DDL of a table with the columns of s, each of the type
+// a fix would give it, and (grouped) the index a claim of one group needs.
+func createTable(k dialect.Kind, table string, s *shape, grouped bool) string {
+	defs := make([]string, 0, len(s.fields))
+	for _, f := range s.fields {
+		defs = append(defs, dialect.Quote(f.column)+" "+columnDecl(k, f, nil))
+	}
+	ddl := fmt.Sprintf("CREATE TABLE %s (%s)", dialect.Quote(table), strings.Join(defs, ", "))
+	if g := s.column(RoleGroup); grouped && g != "" {
+		ddl += fmt.Sprintf("; CREATE INDEX %s ON %s (%s, %s)", dialect.Quote(bare(table)+"_group_id"), dialect.Quote(table), dialect.Quote(g), dialect.Quote(s.column(RoleID)))
+	}
+	return ddl
+}
+
 // columnDecl is the declaration a fix gives f's column: its role's type, or
 // for a column with no role the type its Go field maps to.
 func columnDecl(k dialect.Kind, f field, cols []dialect.Column) string {

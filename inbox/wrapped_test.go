@@ -14,6 +14,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/inboxtest"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 	"github.com/sqlinbox/sqlinbox/migrations"
+	"github.com/sqlinbox/sqlinbox/schedule"
 )
 
 // wrapDriver stands for an instrumenting wrapper (otelsql, sqlhooks): a
@@ -97,6 +98,9 @@ func TestWrappedDriver(t *testing.T) {
 			defer b.Close()
 			if b.Dialect() != db {
 				t.Fatalf("recognised as %s, want %s", b.Dialect(), db)
+			}
+			if _, err := schedule.New(pool, schedule.Config{}); err != nil {
+				t.Fatalf("schedule.New on a %s pool through a wrapping driver: %v", db, err)
 			}
 			if err := migrations.Apply(ctx, pool, "jobs"); err != nil {
 				t.Fatal(err)

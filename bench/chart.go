@@ -87,6 +87,11 @@ func drawChart(file string, rows []row) error {
 		}
 		plots = append(plots, p)
 	}
+	if p, err := procsPlot(rows); err != nil {
+		return err
+	} else if p != nil {
+		plots = append(plots, p)
+	}
 	if len(plots) == 0 {
 		return nil
 	}
@@ -107,4 +112,54 @@ func drawChart(file string, rows []row) error {
 		return err
 	}
 	return f.Close()
+}
+
+// procsPlot is the instance sweep's panel: jobs/s against the processes
+// the same workers were split among, one line per runner; nil when the
+// run had no sweep.
+func procsPlot(rows []row) (*plot.Plot, error) {
+	series := map[string]plotter.XYs{}
+	total := map[string]int{}
+	var names []string
+	for _, r := range rows {
+		if r.procs == 0 {
+			continue
+		}
+		if _, ok := series[r.runner]; !ok {
+			names = append(names, r.runner)
+			total[r.runner] = r.workers
+		}
+		series[r.runner] = append(series[r.runner], plotter.XY{X: float64(r.procs), Y: r.res.JobsPerSec})
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	p := plot.New()
+	p.Title.Text = "postgres: the same workers split among processes"
+	p.X.Label.Text = "processes (log)"
+	p.Y.Label.Text = "jobs/s"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Min = 0
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	libN := 0
+	for _, name := range names {
+		xys := series[name]
+		sort.Slice(xys, func(i, j int) bool { return xys[i].X < xys[j].X })
+		l, pts, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return nil, err
+		}
+		c, ok := palette[name]
+		if !ok {
+			c = libColors[libN%len(libColors)]
+			libN++
+		}
+		l.Color, pts.Color = c, c
+		l.Width = vg.Points(1.5)
+		p.Add(l, pts)
+		p.Legend.Add(fmt.Sprintf("%s (%d workers split)", name, total[name]), l, pts)
+	}
+	return p, nil
 }

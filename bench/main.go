@@ -48,6 +48,7 @@ type row struct {
 	dups    int64
 	lost    int64
 	chart   bool // a point of the sweep
+	procs   int  // processes, in the instance sweep (0: one process)
 }
 
 func main() {
@@ -66,6 +67,11 @@ func main() {
 	publishBatch := flag.Int("publish-batch", 10000, "rows per PublishMany / InsertMany call and per COPY")
 	publishRuns := flag.Int("publish-runs", 3, "publish runs of each publisher; the best is kept")
 	publishOnly := flag.Bool("publish-only", false, "run only the publish runs")
+	procs := flag.String("procs", "2,4,8", "Postgres instance sweep: process counts, each runner's headline workers split among them (empty: none)")
+	if len(os.Args) > 1 && os.Args[1] == "child" {
+		childMain(os.Args[2:])
+		return
+	}
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -82,6 +88,8 @@ func main() {
 	sw, err := ints(*sweep)
 	check(err)
 	rsw, err := ints(*riverSweep)
+	check(err)
+	ps, err := ints(*procs)
 	check(err)
 
 	type target struct {
@@ -180,6 +188,12 @@ func main() {
 		if *sweepJobs > 0 {
 			for _, w := range rsw {
 				riv(*sweepJobs, w, true)
+			}
+		}
+		if t.db == "postgres" {
+			for _, p := range ps {
+				add(libProcs(ctx, libURL, table, t.jobs, p, *workers*t.instances), nil)
+				add(riverProcs(ctx, withParam(riverURL, "pool_max_conns", "8"), t.jobs, p, *riverWorkers), nil)
 			}
 		}
 	}

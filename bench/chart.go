@@ -92,6 +92,20 @@ func drawChart(file string, rows []row) error {
 	} else if p != nil {
 		plots = append(plots, p)
 	}
+	return savePlots(file, plots)
+}
+
+// drawProcsChart writes the instance sweep's panel alone.
+func drawProcsChart(file string, rows []row) error {
+	p, err := procsPlot(rows)
+	if err != nil || p == nil {
+		return err
+	}
+	return savePlots(file, []*plot.Plot{p})
+}
+
+// savePlots writes the panels side by side as a PNG.
+func savePlots(file string, plots []*plot.Plot) error {
 	if len(plots) == 0 {
 		return nil
 	}
@@ -139,9 +153,18 @@ func procsPlot(rows []row) (*plot.Plot, error) {
 	p.X.Label.Text = "processes (log)"
 	p.Y.Label.Text = "jobs/s"
 	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	var ticks plot.ConstantTicks
+	seen := map[int]bool{}
+	for _, r := range rows {
+		if r.procs > 0 && !seen[r.procs] {
+			seen[r.procs] = true
+			ticks = append(ticks, plot.Tick{Value: float64(r.procs), Label: fmt.Sprint(r.procs)})
+		}
+	}
+	p.X.Tick.Marker = ticks
 	p.Y.Min = 0
-	p.Legend.Top = true
+	p.Legend.Top = false
+	p.Legend.Left = true
 	p.Add(plotter.NewGrid())
 	libN := 0
 	for _, name := range names {

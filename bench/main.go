@@ -67,6 +67,7 @@ func main() {
 	publishBatch := flag.Int("publish-batch", 10000, "rows per PublishMany / InsertMany call and per COPY")
 	publishRuns := flag.Int("publish-runs", 3, "publish runs of each publisher; the best is kept")
 	publishOnly := flag.Bool("publish-only", false, "run only the publish runs")
+	procsChart := flag.String("procs-chart", "", "also write the instance sweep's panel alone to this PNG")
 	procs := flag.String("procs", "2,4,8", "Postgres instance sweep: process counts, each runner's headline workers split among them (empty: none)")
 	if len(os.Args) > 1 && os.Args[1] == "child" {
 		childMain(os.Args[2:])
@@ -208,6 +209,10 @@ func main() {
 	if *chart != "" && len(rows) > 0 {
 		check(drawChart(*chart, rows))
 		fmt.Fprintf(os.Stderr, "chart: %s\n", *chart)
+	}
+	if *procsChart != "" {
+		check(drawProcsChart(*procsChart, rows))
+		fmt.Fprintf(os.Stderr, "chart: %s\n", *procsChart)
 	}
 }
 

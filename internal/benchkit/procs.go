@@ -148,6 +148,7 @@ type childProc struct {
 	acked  atomic.Int64
 	claims atomic.Int64
 	final  chan string // the done line
+	ended  atomic.Bool // its stdout ended: it exited, or is exiting
 	stderr strings.Builder
 }
 
@@ -238,6 +239,7 @@ func (k *childProc) read() {
 			k.claims.Store(c)
 		}
 	}
+	k.ended.Store(true)
 	close(k.final)
 }
 
@@ -250,8 +252,11 @@ func waitAcked(ctx context.Context, cfg ProcsConfig, kids []*childProc, start ti
 		select {
 		case <-tick.C:
 			var n int64
-			for _, k := range kids {
+			for i, k := range kids {
 				n += k.acked.Load()
+				if k.ended.Load() {
+					return time.Since(start), fmt.Errorf("bench child %d ended before the drain did", i)
+				}
 			}
 			if n >= int64(cfg.Jobs) {
 				return time.Since(start), nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -183,7 +184,10 @@ func DrainProcs(ctx context.Context, cfg ProcsConfig) (ProcsResult, error) {
 	}
 	for i, k := range kids {
 		if !k.lines.Scan() || k.lines.Text() != "ready" {
-			return ProcsResult{}, fmt.Errorf("bench child %d did not start: %s", i, k.stderr.String())
+			k.stdin.Close()
+			err := k.cmd.Wait() // its stderr is complete once it is waited for
+			kids = slices.Delete(kids, i, i+1)
+			return ProcsResult{}, fmt.Errorf("bench child %d did not start (%v): %s", i, err, k.stderr.String())
 		}
 	}
 	for _, k := range kids {

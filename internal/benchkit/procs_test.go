@@ -1,0 +1,93 @@
+package benchkit
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeChild "handles" its rows one a millisecond once it runs, and one of
+// them twice when asked.
+type fakeChild struct {
+	rows, dup int
+	handled   atomic.Int64
+	acked     atomic.Int64
+}
+
+func (f *fakeChild) Run(ctx context.Context) error {
+	for range f.rows {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+		f.handled.Add(1)
+		f.acked.Add(1)
+	}
+	f.handled.Add(int64(f.dup))
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (f *fakeChild) Counts() (handled, acked, claims int64) {
+	return f.handled.Load(), f.acked.Load(), f.acked.Load() / 10
+}
+
+func TestMain(m *testing.M) {
+	if rows := os.Getenv("BENCHKIT_TEST_CHILD_ROWS"); rows != "" {
+		n, _ := strconv.Atoi(rows)
+		dup, _ := strconv.Atoi(os.Getenv("BENCHKIT_TEST_CHILD_DUP"))
+		if err := ServeChild(context.Background(), os.Stdin, os.Stdout, &fakeChild{rows: n, dup: dup}); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func child(rows, dup int) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), "BENCHKIT_TEST_CHILD_ROWS="+strconv.Itoa(rows), "BENCHKIT_TEST_CHILD_DUP="+strconv.Itoa(dup))
+	return cmd
+}
+
+// The parent sums the children's acks, stops them when the sum reaches
+// the rows, and counts every handling and claim they report.
+func TestDrainProcsSumsChildren(t *testing.T) {
+	res, err := DrainProcs(context.Background(), ProcsConfig{Jobs: 50, Timeout: time.Minute,
+		Commands: []*exec.Cmd{child(20, 0), child(30, 2)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Handled != 52 {
+		t.Errorf("handled %d, want 52 (50 rows, 2 handled twice)", res.Handled)
+	}
+	if res.Claims != 2+3 {
+		t.Errorf("claims %d, want 5", res.Claims)
+	}
+	if res.Seconds <= 0 || res.JobsPerSec <= 0 {
+		t.Errorf("seconds %v, jobs/s %v: want both positive", res.Seconds, res.JobsPerSec)
+	}
+}
+
+// A child that dies fails the drain at once, not at its timeout.
+func TestDrainProcsChildDies(t *testing.T) {
+	start := time.Now()
+	_, err := DrainProcs(context.Background(), ProcsConfig{Jobs: 1000, Timeout: time.Minute,
+		Commands: []*exec.Cmd{child(10, 0), exitAfterReady()}})
+	if err == nil {
+		t.Fatal("drain with a child that exits succeeded")
+	}
+	if time.Since(start) > 30*time.Second {
+		t.Errorf("the drain took %v to see its child gone", time.Since(start))
+	}
+}
+
+// exitAfterReady is a child that says ready and exits once told to go.
+func exitAfterReady() *exec.Cmd {
+	return exec.Command("sh", "-c", "echo ready; read go; exit 3")
+}

@@ -224,6 +224,7 @@ func report(t *testing.T, all []event, killed time.Time, first int64) {
 	var moments []int64
 	var takeovers []string
 	var takenAfter []time.Duration
+	var late []time.Duration // a run's start after its moment, on the instance dealt the share
 	for _, e := range all {
 		if e.moment < first {
 			continue
@@ -252,6 +253,9 @@ func report(t *testing.T, all []event, killed time.Time, first int64) {
 				}
 			}
 			starts[k] = append(starts[k], e)
+			if e.dealt == e.instance {
+				late = append(late, e.at.Sub(time.UnixMilli(e.moment)))
+			}
 			if e.dealt != e.instance {
 				wait := e.at.Sub(time.UnixMilli(e.moment))
 				if e.moment*int64(time.Millisecond) < killed.UnixNano() && time.UnixMilli(e.moment).Add(killInterval).After(killed) {
@@ -286,6 +290,11 @@ func report(t *testing.T, all []event, killed time.Time, first int64) {
 	if len(takenAfter) > 0 {
 		t.Logf("moments missing an item: %d of %d; takeover waits: min %v, max %v",
 			missed, len(moments), slices.Min(takenAfter).Round(time.Millisecond), slices.Max(takenAfter).Round(time.Millisecond))
+	}
+	slices.Sort(late)
+	if len(late) > 0 {
+		t.Logf("runs started after their moment: p50 %v, p90 %v, max %v (%d runs)", late[len(late)/2].Round(100*time.Microsecond),
+			late[len(late)*9/10].Round(100*time.Microsecond), late[len(late)-1].Round(100*time.Microsecond), len(late))
 	}
 	if missed > 1 {
 		t.Errorf("%d moments missed items after the kill; want at most one", missed)

@@ -19,6 +19,9 @@
 //	inbox.workers.busy        gauge of rows claimed and not yet settled, by queue
 //	inbox.workers.total       gauge of workers, by queue
 //
+// Locks and schedules: NewLocker measures a lock.Locker's takes, and
+// ScheduleHandler a schedule's runs (see each).
+//
 // Spans: one per handling, "inbox.handle <queue>", from the handler's start
 // to its settlement, with attributes inbox.queue, inbox.id, inbox.attempt and
 // inbox.outcome, and an error status when the handler failed. The span is
@@ -60,17 +63,25 @@ type Config struct {
 	NoRowGauge bool
 }
 
+func (c Config) meterProvider() metric.MeterProvider {
+	if c.MeterProvider == nil {
+		return otel.GetMeterProvider()
+	}
+	return c.MeterProvider
+}
+
+func (c Config) tracerProvider() trace.TracerProvider {
+	if c.TracerProvider == nil {
+		return otel.GetTracerProvider()
+	}
+	return c.TracerProvider
+}
+
 // Instrument adds metrics and spans to every subscription of svc. Call it
 // after the subscriptions are added and before Run.
 func Instrument(svc *inbox.Service, cfg Config) error {
-	if cfg.MeterProvider == nil {
-		cfg.MeterProvider = otel.GetMeterProvider()
-	}
-	if cfg.TracerProvider == nil {
-		cfg.TracerProvider = otel.GetTracerProvider()
-	}
-	m := cfg.MeterProvider.Meter(Scope)
-	in := &instruments{tracer: cfg.TracerProvider.Tracer(Scope), busy: map[*inbox.Subscription]*atomic.Int64{}}
+	m := cfg.meterProvider().Meter(Scope)
+	in := &instruments{tracer: cfg.tracerProvider().Tracer(Scope), busy: map[*inbox.Subscription]*atomic.Int64{}}
 	var err, e error
 	in.handlings, e = m.Int64Counter("inbox.handlings", metric.WithDescription("Rows handled, by queue and outcome."))
 	err = errors.Join(err, e)

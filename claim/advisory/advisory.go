@@ -63,10 +63,6 @@ func (f form) New(env claim.Env) (claim.Claimer, error) {
 	return &claimer{env: env, class: Class(env.Table.Unquoted)}, nil
 }
 
-// afterLock, when set by a test, runs between the lock and the reread: the
-// moment a previous holder may delete or delay a row.
-var afterLock func(ids []int64)
-
 // maxRounds bounds how often one claim looks further when other sessions
 // took candidates from under it.
 const maxRounds = 4
@@ -82,6 +78,13 @@ type claimer struct {
 	env   claim.Env
 	class int32
 	held  atomic.Int64 // pinned connections: claims in flight and batches in work
+
+	// Test signals, per claimer. afterLock, when set, runs between the
+	// lock and the reread: the moment a previous holder may delete or
+	// delay a row. unpipelined sends an ack's delete and unlock as two
+	// round trips, as a pool whose driver is not pgx does.
+	afterLock   func(ids []int64)
+	unpipelined bool
 }
 
 // Traits: one claim takes a row for every free worker, all on one pinned
@@ -135,8 +138,8 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 		if len(ids) == 0 {
 			break
 		}
-		if afterLock != nil {
-			afterLock(ids)
+		if c.afterLock != nil {
+			c.afterLock(ids)
 		}
 		got, err := c.reread(ctx, conn, ids)
 		if err != nil {

@@ -74,7 +74,7 @@ func TestRereadAndSkip(t *testing.T) {
 	if _, err := other.ExecContext(ctx, "SELECT pg_advisory_lock($1, 1)", Class("advisory_jobs")); err != nil {
 		t.Fatal(err)
 	}
-	afterLock = func(ids []int64) {
+	c.afterLock = func(ids []int64) {
 		if _, err := db.Exec("DELETE FROM advisory_jobs WHERE id = 2"); err != nil {
 			t.Error(err)
 		}
@@ -82,7 +82,6 @@ func TestRereadAndSkip(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	defer func() { afterLock = nil }()
 	jobs, err := c.Claim(ctx, 3)
 	if err != nil {
 		t.Fatal(err)

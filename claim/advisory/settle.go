@@ -247,10 +247,6 @@ func outcome(e *claim.Env, s *settlement, err error) error {
 // pipeline.
 var errNoPipeline = errors.New("advisory: the connection is not a pgx connection")
 
-// pipelined, when false (tests), sends the delete and the unlock of an ack
-// as two round trips, as a pool whose driver is not pgx does.
-var pipelined = true
-
 // ackMany deletes the rows and returns the ids it deleted, then unlocks
 // every row it was given. The unlock runs only after the delete has
 // committed: unlocked first, a row deleted but not yet committed could be
@@ -262,7 +258,7 @@ var pipelined = true
 // locks: it must end).
 func (p *pin) ackMany(ctx context.Context, ids []int64) (deleted map[int64]bool, err, uerr error) {
 	e := &p.c.env
-	if pipelined {
+	if !p.c.unpipelined {
 		rerr := p.conn.Raw(func(dc any) error {
 			sc, ok := dc.(*stdlib.Conn)
 			if !ok {

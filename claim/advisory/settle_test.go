@@ -23,9 +23,7 @@ import (
 func TestAckUnlocksAfterCommit(t *testing.T) {
 	for _, pipe := range []bool{true, false} {
 		t.Run(fmt.Sprintf("pipelined=%t", pipe), func(t *testing.T) {
-			pipelined = pipe
-			defer func() { pipelined = true }()
-			testAckUnlocksAfterCommit(t)
+			testAckUnlocksAfterCommit(t, pipe)
 		})
 	}
 }
@@ -33,8 +31,9 @@ func TestAckUnlocksAfterCommit(t *testing.T) {
 // gateClass is the lock class of the test's commit gates.
 var gateClass = Class("advisory settle test gate")
 
-func testAckUnlocksAfterCommit(t *testing.T) {
+func testAckUnlocksAfterCommit(t *testing.T, pipelined bool) {
 	a, db := newClaimer(t)
+	a.unpipelined = !pipelined
 	b, err := Form.New(a.env)
 	if err != nil {
 		t.Fatal(err)

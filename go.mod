@@ -9,6 +9,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/robfig/cron/v3 v3.0.1
 	github.com/spf13/cobra v1.10.2
+	go.uber.org/goleak v1.3.0
 	modernc.org/sqlite v1.62.0
 )
 

@@ -57,8 +57,10 @@ func TestUsersSQLitePool(t *testing.T) {
 	if err := migrations.ApplyLocks(ctx, pools[0]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lock.NewSQL(ctx, pools[0], lock.SQLOptions{}); err != nil {
+	if l, err := lock.NewSQL(ctx, pools[0], lock.SQLOptions{}); err != nil {
 		t.Errorf("lock.NewSQL on a pool with the DSN: %v", err)
+	} else {
+		l.Close() // its sweeper outlived the test (goleak)
 	}
 	if _, err := schedule.New(pools[0], schedule.Config{}); err != nil {
 		t.Errorf("schedule.New on a pool with the DSN: %v", err)

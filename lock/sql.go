@@ -25,8 +25,12 @@ import (
 // (NOTIFY sqlinbox_locks) the waiters of every instance; the store listens on
 // one connection of the pool, or on a listener it is given. On SQLite
 // expiries run on the store's clock (the host's), waiters of the process are
-// woken through notify.Default, and those of other processes find a freed
-// place at their next retry (Options.RetryDelay).
+// woken through notify.Default, and those of other processes of the same
+// user on the same file by a datagram: each store binds a Unix socket in a
+// directory of the system's temporary directory named after the file, and a
+// release sends the lock's wake key to every socket there. Where that fails
+// (no Unix sockets, another user) waiters find a freed place at their next
+// retry (Options.RetryDelay).
 type SQL struct {
 	db    *sql.DB
 	d     *dialect.Dialect
@@ -35,6 +39,7 @@ type SQL struct {
 
 	log   *slog.Logger
 	sweep time.Duration
+	files *fileWakes // SQLite on a file: wakes of other processes
 
 	stop func()
 	done sync.WaitGroup
@@ -103,6 +108,7 @@ func NewSQL(ctx context.Context, db *sql.DB, o SQLOptions) (*SQL, error) {
 	case d.Kind == dialect.SQLite:
 		s.hub = notify.Default
 		s.releaseKeep = d.LockReleaseKeep()
+		s.files = startFileWakes(ctx, db, s.hub, s.log)
 	case o.Listener != nil:
 		s.hub = o.Hub
 		o.Listener.Listen(dialect.LockChannel)
@@ -125,6 +131,9 @@ func (s *SQL) Close() error {
 		s.stop()
 		s.done.Wait()
 		s.stop = nil
+		if s.files != nil {
+			s.files.close()
+		}
 	}
 	return nil
 }
@@ -271,8 +280,12 @@ func (s *SQL) Release(ctx context.Context, k Key, slot int, secret string) (bool
 	}
 	if freed {
 		// Waiters of this process need not wait for the notification's
-		// round trip; those elsewhere get it at commit.
+		// round trip; those elsewhere get it at commit (Postgres) or by
+		// datagram (SQLite on a file).
 		s.hub.Wake(dialect.LockChannel, k.WakeKey())
+		if s.files != nil {
+			s.files.send(k.WakeKey())
+		}
 	}
 	return freed, nil
 }

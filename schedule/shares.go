@@ -56,8 +56,9 @@ func (s *Scheduler) startAll(ctx context.Context, e *entry, runs []Run, token st
 func (s *Scheduler) start(e *entry, r Run, token string) {
 	key := shareKey{e.name, r.FiredAt.UnixMilli(), r.Worker}
 	ctx, cancel := context.WithCancelCause(s.runsCtx)
+	h := &heldShare{token: token, renewed: s.clk.Now(), cancel: cancel}
 	s.heldMu.Lock()
-	s.held[key] = &heldShare{token: token, renewed: s.clk.Now(), cancel: cancel}
+	s.held[key] = h
 	s.heldMu.Unlock()
 	s.runs.Add(1)
 	e.running.Add(1)
@@ -66,12 +67,14 @@ func (s *Scheduler) start(e *entry, r Run, token string) {
 		defer e.running.Add(-1)
 		err := s.call(ctx, e, r)
 		s.heldMu.Lock()
-		s.held[key].returned = true
+		h.returned = true
 		s.heldMu.Unlock()
 		// The share stays held, its lease renewed, until it is settled.
 		defer func() {
 			s.heldMu.Lock()
-			delete(s.held, key)
+			if s.held[key] == h {
+				delete(s.held, key)
+			}
 			s.heldMu.Unlock()
 		}()
 		lost := errors.Is(context.Cause(ctx), ErrShareLost)
@@ -240,6 +243,12 @@ func (s *Scheduler) sweep(loopCtx, ctx context.Context) error {
 		e := s.byName[o.schedule]
 		if e == nil || taken[e.name] >= e.runners() || (e.skipBusy && e.running.Load() > 0) {
 			continue
+		}
+		s.heldMu.Lock()
+		_, mine := s.held[shareKey{o.schedule, o.moment, o.worker}]
+		s.heldMu.Unlock()
+		if mine {
+			continue // this instance still runs it: a late renewal, not an orphan
 		}
 		at := time.UnixMilli(o.moment).In(e.loc)
 		token := randomToken()

@@ -48,9 +48,10 @@ func applyNotify(ctx context.Context, db *sql.DB, table, groupColumn string) err
 	bare := table[strings.LastIndex(table, ".")+1:]
 	// The channel is the table's name as subscriptions give it, and the
 	// group column an identifier: both checked above, neither holds a quote.
-	args := "'" + table + "'"
+	args, referencing := "'"+table+"'", ""
 	if groupColumn != "" {
 		args += ", '" + groupColumn + "'"
+		referencing = "REFERENCING NEW TABLE AS sqlinbox_new\n"
 	}
-	return run(ctx, db, "notify.sql", strings.NewReplacer("{{table}}", dialect.Quote(table), "{{name}}", bare, "{{args}}", args))
+	return run(ctx, db, "notify.sql", strings.NewReplacer("{{table}}", dialect.Quote(table), "{{name}}", bare, "{{args}}", args, "{{referencing}}", referencing))
 }

@@ -4,7 +4,9 @@
 -- payload names each group the statement wrote, so only that group's
 -- subscriptions claim; a statement that wrote more than sixteen groups, or a
 -- trigger without a group column, sends an empty payload, which wakes every
--- subscription of the table. Brokers with ListenNotify wake at once.
+-- subscription of the table. Brokers with ListenNotify wake at once. Only
+-- the group trigger keeps the statement's rows (a transition table), which
+-- costs a bulk insert a copy of what it wrote.
 CREATE OR REPLACE FUNCTION sqlinbox_notify_insert() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -33,5 +35,4 @@ $fn$
 DROP TRIGGER IF EXISTS "{{name}}_sqlinbox_notify" ON {{table}}
 -- ;
 CREATE TRIGGER "{{name}}_sqlinbox_notify" AFTER INSERT ON {{table}}
-REFERENCING NEW TABLE AS sqlinbox_new
-FOR EACH STATEMENT EXECUTE FUNCTION sqlinbox_notify_insert({{args}})
+{{referencing}}FOR EACH STATEMENT EXECUTE FUNCTION sqlinbox_notify_insert({{args}})

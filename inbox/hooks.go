@@ -20,6 +20,12 @@ type Hooks struct {
 	// sent it. A claim a paused queue skips sends nothing and is not
 	// reported.
 	Claimed func(sub *Subscription, c ClaimEvent)
+	// Started is called as each handler starts, on its worker, with the
+	// handler's context; the context it returns is the handler's (one that
+	// carries a span, say). attempt is the row's attempts as its claim left
+	// it (at least 1; 1 without an attempts column). A row whose handler
+	// does not run (one that cannot be read) is reported to Handled only.
+	Started func(sub *Subscription, ctx context.Context, id int64, attempt int) context.Context
 }
 
 // ClaimEvent is one claim statement.
@@ -59,7 +65,45 @@ func (s *Service) installHooks() {
 			}
 		}
 		sub.claimer = hookedClaimer{Claimer: sub.claimer, sub: sub, hooks: hooks}
+		var starts []func(*Subscription, context.Context, int64, int) context.Context
+		for _, h := range hooks {
+			if h.Started != nil {
+				starts = append(starts, h.Started)
+			}
+		}
+		if len(starts) > 0 {
+			handle := sub.handle
+			sub.handle = func(ctx context.Context, value any) error {
+				id, attempt := sub.idAttempt(value)
+				for _, f := range starts {
+					ctx = f(sub, ctx, id, attempt)
+				}
+				return handle(ctx, value)
+			}
+		}
 	}
+}
+
+// idAttempt reads the id and attempts of a claimed value (a pointer to the
+// queue's struct).
+func (s *Subscription) idAttempt(value any) (id int64, attempt int) {
+	v := reflect.ValueOf(value).Elem()
+	id = intField(v.FieldByIndex(s.shape.byRole[RoleID].index))
+	attempt = 1
+	if f := s.shape.byRole[RoleAttempts]; f != nil {
+		attempt = max(int(intField(v.FieldByIndex(f.index))), 1)
+	}
+	return id, attempt
+}
+
+func intField(v reflect.Value) int64 {
+	switch v.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return v.Int()
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return int64(v.Uint())
+	}
+	return 0
 }
 
 // hookedClaimer reports each claim to the hooks.

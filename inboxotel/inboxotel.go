@@ -24,9 +24,8 @@
 //
 // Spans: one per handling, "inbox.handle <queue>", from the handler's start
 // to its settlement, with attributes inbox.queue, inbox.id, inbox.attempt and
-// inbox.outcome, and an error status when the handler failed. The span is
-// made from the settled event: it is a root span, and the handler's context
-// does not carry it.
+// inbox.outcome, and an error status when the handler failed. The handler's
+// context carries it, so the handler's own spans are its children.
 package inboxotel
 
 import (
@@ -106,7 +105,7 @@ func Instrument(svc *inbox.Service, cfg Config) error {
 	if err := in.gauges(m, svc, subs, cfg); err != nil {
 		return fmt.Errorf("inboxotel: %w", err)
 	}
-	svc.AddHooks(inbox.Hooks{Handled: in.handled, Claimed: in.claimed})
+	svc.AddHooks(inbox.Hooks{Handled: in.handled, Claimed: in.claimed, Started: in.started})
 	return nil
 }
 
@@ -116,8 +115,24 @@ type instruments struct {
 	duration, wait              metric.Float64Histogram
 	rows                        metric.Int64Histogram
 	busy                        map[*inbox.Subscription]*atomic.Int64
+	spans                       sync.Map // spanKey -> trace.Span, from the handler's start to its settlement
 	attrsMu                     sync.Mutex
 	attrs                       map[attrKey]metric.MeasurementOption
+}
+
+type spanKey struct {
+	sub     *inbox.Subscription
+	id      int64
+	attempt int
+}
+
+// started opens a handling's span in the handler's context; handled ends it.
+func (in *instruments) started(s *inbox.Subscription, ctx context.Context, id int64, attempt int) context.Context {
+	queue := queueName(s)
+	ctx, span := in.tracer.Start(ctx, "inbox.handle "+queue, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("inbox.queue", queue), attribute.Int64("inbox.id", id), attribute.Int("inbox.attempt", attempt)))
+	in.spans.Store(spanKey{s, id, attempt}, span)
+	return ctx
 }
 
 type attrKey struct {
@@ -167,9 +182,14 @@ func (in *instruments) handled(s *inbox.Subscription, e inbox.Event) {
 		return // never handled: no time, no span
 	}
 	in.duration.Record(ctx, e.End.Sub(e.Start).Seconds(), o)
-	_, span := in.tracer.Start(ctx, "inbox.handle "+queue, trace.WithTimestamp(e.Start), trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attribute.String("inbox.queue", queue), attribute.Int64("inbox.id", e.ID),
-			attribute.Int("inbox.attempt", e.Attempt), attribute.String("inbox.outcome", string(e.Outcome))))
+	var span trace.Span
+	if v, ok := in.spans.LoadAndDelete(spanKey{s, e.ID, e.Attempt}); ok {
+		span = v.(trace.Span)
+	} else { // the handler never ran (a row that cannot be read)
+		_, span = in.tracer.Start(ctx, "inbox.handle "+queue, trace.WithTimestamp(e.Start), trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(attribute.String("inbox.queue", queue), attribute.Int64("inbox.id", e.ID), attribute.Int("inbox.attempt", e.Attempt)))
+	}
+	span.SetAttributes(attribute.String("inbox.outcome", string(e.Outcome)))
 	if e.Err != nil {
 		span.RecordError(e.Err)
 		span.SetStatus(codes.Error, e.Err.Error())

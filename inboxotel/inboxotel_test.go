@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxotel"
@@ -51,7 +53,11 @@ func TestMetricsMatchTheRun(t *testing.T) {
 			svc.Signals = false
 			q := inbox.MustQueue[job]("jobs")
 			ev := inboxtest.NewEvents(t)
-			sub, err := inbox.Handle(svc, q, func(_ context.Context, j job) error {
+			var inSpan atomic.Int64 // handlings whose context carries their span
+			sub, err := inbox.Handle(svc, q, func(ctx context.Context, j job) error {
+				if trace.SpanFromContext(ctx).SpanContext().IsValid() {
+					inSpan.Add(1)
+				}
 				if string(j.Payload) == "bad" {
 					return errors.New("bad row")
 				}
@@ -147,6 +153,9 @@ func TestMetricsMatchTheRun(t *testing.T) {
 			}
 			if outcomes["acked"] != 7 || outcomes["parked"] != 3 {
 				t.Errorf("span outcomes = %v, want 7 acked, 3 parked", outcomes)
+			}
+			if n := inSpan.Load(); n != 10 {
+				t.Errorf("%d handlers ran in their span's context, want 10", n)
 			}
 			cancel()
 			if err := <-done; err != nil {

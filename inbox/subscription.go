@@ -166,6 +166,8 @@ type Subscription struct {
 	grouped bool
 	shape   *shape
 	handle  func(ctx context.Context, value any) error
+	// handleJob, when set, handles the claimed job itself (HandleTx).
+	handleJob func(ctx context.Context, j *claim.Job) error
 
 	claimer claim.Claimer
 	running atomic.Bool
@@ -313,6 +315,9 @@ func (s *Subscription) engineConfig(log *slog.Logger, wakes <-chan struct{}) eng
 		Postgres: s.b.d.Kind == dialect.Postgres, Conns: s.b.claimConns(), Clock: s.b.clock, Log: log,
 		Claimer: s.claimer, Wakes: wakes, Counters: &s.stats, Idle: s.idle}
 	c.Handle = func(ctx context.Context, j *claim.Job) error { return s.handle(ctx, j.Value) }
+	if s.handleJob != nil {
+		c.Handle = s.handleJob
+	}
 	c.Prepare = func(j *claim.Job) { s.shape.setLease(reflect.ValueOf(j.Value).Elem(), j.Lease) }
 	c.Judge = judge
 	c.Unreachable = unreachable

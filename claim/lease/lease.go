@@ -12,6 +12,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/claim"
@@ -118,6 +119,10 @@ type settler struct {
 	c     *claimer
 	id    int64
 	lease time.Time // as the claim (or the last extension) wrote it
+	// mu guards lease and inTx while a transactional handler may ack the
+	// row (AckTx) beside an extension.
+	mu   sync.Mutex
+	inTx bool // acked inside the handler's transaction (see AckTx)
 }
 
 // fence is the lease as a statement's parameter.
@@ -146,12 +151,19 @@ func execFenced(ctx context.Context, e *claim.Env, what, query string, id int64,
 // Ack deletes the row if its lease still stands; acks that arrive together
 // share one statement (see acker).
 func (s *settler) Ack(ctx context.Context) error {
+	if s.ackedInTx() {
+		return nil
+	}
 	return s.c.acks.ack(ctx, s.id, s.lease)
 }
 
 // AckAsync queues the ack and returns; done gets its result once its
 // statement has run (see claim.AsyncAcker).
 func (s *settler) AckAsync(done func(error)) {
+	if s.ackedInTx() {
+		done(nil)
+		return
+	}
 	s.c.acks.queue(ackReq{id: s.id, lease: s.lease, done: done})
 }
 
@@ -184,7 +196,13 @@ func (s *settler) Release(ctx context.Context) error {
 
 func (s *settler) Extend(ctx context.Context, lease time.Duration) error {
 	e := &s.c.env
-	raw, err := queryOne(ctx, e, e.SQL.Extend, s.id, s.fence(), e.Table.Times.Arg(e.Clock.Now(), lease))
+	s.mu.Lock()
+	inTx, fence := s.inTx, s.fence()
+	s.mu.Unlock()
+	if inTx {
+		return nil // the handler's transaction is deleting the row
+	}
+	raw, err := queryOne(ctx, e, e.SQL.Extend, s.id, fence, e.Table.Times.Arg(e.Clock.Now(), lease))
 	if err == sql.ErrNoRows {
 		return fmt.Errorf("extend row %d of %q: %w", s.id, e.Table.Unquoted, claim.ErrLost)
 	}
@@ -195,7 +213,9 @@ func (s *settler) Extend(ctx context.Context, lease time.Duration) error {
 	if err != nil {
 		return err
 	}
+	s.mu.Lock()
 	s.lease = at
+	s.mu.Unlock()
 	return nil
 }
 

@@ -1,0 +1,99 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/sqlinbox/sqlinbox/claim"
+)
+
+// TxHandler handles one row inside a transaction on the broker's pool. The
+// row's acknowledgement (its fenced delete) is made in the same
+// transaction: return nil and the handler's writes and the ack commit
+// together; return an error (or panic) and both roll back, and the row is
+// retried as after any failure. A handler whose lease was taken over
+// cannot commit: the fenced delete finds nothing, the transaction is rolled
+// back, and the handling is reported lost. So an effect written to the
+// same database happens once per row, although rows are delivered at
+// least once.
+//
+// Don't commit or roll back tx yourself.
+type TxHandler[T any] func(ctx context.Context, tx *sql.Tx, row T) error
+
+// SubscribeTx is Subscribe for a TxHandler. It runs on the lease form (the
+// default); on SQLite each handling holds the database's one write lock
+// from its first statement to its commit, so handlings of a broker run one
+// at a time there.
+func SubscribeTx[T any](b *Broker, q Queue[T], h TxHandler[T], opts ...SubOption) (*Subscription, error) {
+	if h == nil {
+		return nil, fmt.Errorf("inbox: SubscribeTx to %q with a nil handler", q.table)
+	}
+	sub, err := Subscribe(b, q, func(context.Context, T) error { return nil }, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if name := sub.cfg.form.Name(); name != "lease" {
+		return nil, fmt.Errorf("inbox: subscription %q: a transactional handler runs on the lease form only, not %s", sub.cfg.name, name)
+	}
+	sub.handleJob = func(ctx context.Context, j *claim.Job) error {
+		return handleTx(ctx, b, j, func(ctx context.Context, tx *sql.Tx) error { return h(ctx, tx, *j.Value.(*T)) })
+	}
+	return sub, nil
+}
+
+// HandleTx subscribes the transactional handler h to q on the service's
+// broker and adds it (see TxHandler).
+func HandleTx[T any](svc *Service, q Queue[T], h TxHandler[T], opts ...SubOption) (*Subscription, error) {
+	sub, err := SubscribeTx(svc.broker, q, h, opts...)
+	if err != nil {
+		return nil, err
+	}
+	svc.Add(sub)
+	return sub, nil
+}
+
+// handleTx runs h in a transaction, acks j in it and commits.
+func handleTx(ctx context.Context, b *Broker, j *claim.Job, h func(context.Context, *sql.Tx) error) (err error) {
+	if j.Err != nil {
+		return j.Err
+	}
+	acker, ok := j.Settler.(claim.TxAcker)
+	if !ok {
+		return fmt.Errorf("inbox: row %d: its claim form cannot ack inside a transaction", j.ID)
+	}
+	// SQLite: the transaction takes the write lock at BEGIN (immediate);
+	// the broker's other writers queue for their turn meanwhile instead of
+	// meeting SQLITE_BUSY.
+	if err := b.writer.Lock(ctx); err != nil {
+		return err
+	}
+	defer b.writer.Unlock()
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("inbox: row %d: begin the handler's transaction: %w", j.ID, err)
+	}
+	done := false
+	defer func() {
+		if !done { // a panic: the engine recovers it and retries the row
+			tx.Rollback()
+		}
+	}()
+	if err := h(ctx, tx); err != nil {
+		done = true
+		tx.Rollback()
+		return err
+	}
+	if err := acker.AckTx(ctx, tx); err != nil {
+		done = true
+		tx.Rollback()
+		acker.TxAborted()
+		return err
+	}
+	done = true
+	if err := tx.Commit(); err != nil {
+		acker.TxAborted()
+		return fmt.Errorf("inbox: row %d: commit the handler's transaction: %w", j.ID, err)
+	}
+	return nil
+}

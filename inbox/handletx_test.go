@@ -1,0 +1,148 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/claim/rowlock"
+	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/inboxtest"
+)
+
+// openSent opens a broker on the reference table and a table of effects,
+// sent, that handlers write to.
+func openSent(t *testing.T, url string) *inbox.Broker {
+	t.Helper()
+	b := open(t, url)
+	if _, err := b.DB().Exec("CREATE TABLE sent (job bigint PRIMARY KEY, attempt int NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func sentRows(t *testing.T, b *inbox.Broker) int {
+	t.Helper()
+	var n int
+	if err := b.DB().QueryRow("SELECT count(*) FROM sent").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A transactional handler's writes commit with the row's ack, and roll
+// back with its failure: after a failed attempt and a good one, each row
+// has one effect and is gone.
+func TestHandleTxCommitsWithTheAck(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		b := openSent(t, url)
+		q := inbox.MustQueue[Job]("jobs")
+		ids, err := inbox.PublishMany(context.Background(), b, q, manyJobs(10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := inboxtest.NewEvents(t)
+		sub, err := inbox.SubscribeTx(b, q, func(ctx context.Context, tx *sql.Tx, j Job) error {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO sent (job, attempt) VALUES ($1, $2)", j.ID, j.Attempts); err != nil {
+				return err
+			}
+			if j.Attempts == 1 && j.ID%2 == 0 {
+				return inbox.RetryAfter(time.Millisecond, errors.New("the mail server said no"))
+			}
+			return nil
+		}, ev.Observe(), inbox.Workers(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inboxtest.RunSubscription(t, sub)
+		ev.Wait("every row acked", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) == len(ids) })
+		if n := inboxtest.Count(ev.All(), inbox.Retried); n != len(ids)/2 {
+			t.Fatalf("%d retried, want %d", n, len(ids)/2)
+		}
+		if n := sentRows(t, b); n != len(ids) {
+			t.Fatalf("%d effects for %d rows: a failed attempt's write was kept, or a good one's lost", n, len(ids))
+		}
+		var wrong int
+		if err := b.DB().QueryRow("SELECT count(*) FROM sent WHERE job % 2 = 0 AND attempt <> 2").Scan(&wrong); err != nil {
+			t.Fatal(err)
+		}
+		if wrong != 0 || rowsIn(t, b) != 0 {
+			t.Fatalf("%d effects of a failed attempt kept; %d rows left", wrong, rowsIn(t, b))
+		}
+	})
+}
+
+// A handler whose lease was taken over while it ran cannot commit: its
+// write is rolled back and the handling reported lost; the row stays with
+// its new holder.
+func TestHandleTxLostLeaseCannotCommit(t *testing.T) {
+	url := inboxtest.Postgres(t)
+	b := openSent(t, url)
+	q := inbox.MustQueue[Job]("jobs")
+	id, err := inbox.Publish(context.Background(), b, q, Job{Payload: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := inboxtest.NewEvents(t)
+	sub, err := inbox.SubscribeTx(b, q, func(ctx context.Context, tx *sql.Tx, j Job) error {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO sent (job, attempt) VALUES ($1, $2)", j.ID, j.Attempts); err != nil {
+			return err
+		}
+		// Another holder takes the row over: its lease ran out, say.
+		_, err := b.DB().ExecContext(ctx, "UPDATE jobs SET locked_until = now() + interval '1 hour' WHERE id = $1", j.ID)
+		return err
+	}, ev.Observe())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inboxtest.RunSubscription(t, sub)
+	ev.Wait("the handling", func(e []inbox.Event) bool { return len(e) == 1 })
+	if e := ev.All()[0]; e.Outcome != inbox.Lost {
+		t.Fatalf("outcome %v (%v), want lost", e.Outcome, e.Err)
+	}
+	if n := sentRows(t, b); n != 0 {
+		t.Fatalf("a handler that lost its lease committed %d effects", n)
+	}
+	var left int64
+	if err := b.DB().QueryRow("SELECT id FROM jobs").Scan(&left); err != nil || left != id {
+		t.Fatalf("the row taken over is gone: %v", err)
+	}
+}
+
+// A panic rolls the handler's writes back; the row is retried.
+func TestHandleTxPanicRollsBack(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		b := openSent(t, url)
+		q := inbox.MustQueue[Job]("jobs")
+		if _, err := inbox.Publish(context.Background(), b, q, Job{Payload: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+		ev := inboxtest.NewEvents(t)
+		sub, err := inbox.SubscribeTx(b, q, func(ctx context.Context, tx *sql.Tx, j Job) error {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO sent (job, attempt) VALUES ($1, $2)", j.ID, j.Attempts); err != nil {
+				return err
+			}
+			panic("boom")
+		}, ev.Observe(), inbox.MaxAttempts(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inboxtest.RunSubscription(t, sub)
+		ev.Wait("the handling", func(e []inbox.Event) bool { return len(e) == 1 })
+		if n := sentRows(t, b); n != 0 {
+			t.Fatalf("a panicking handler committed %d effects", n)
+		}
+	})
+}
+
+// Forms other than lease are refused at subscribe.
+func TestHandleTxRefusesOtherForms(t *testing.T) {
+	b := open(t, inboxtest.Postgres(t))
+	_, err := inbox.SubscribeTx(b, inbox.MustQueue[Job]("jobs"), func(context.Context, *sql.Tx, Job) error { return nil }, inbox.Form(rowlock.Form))
+	if err == nil || !strings.Contains(err.Error(), "lease form only") {
+		t.Fatalf("SubscribeTx on the row-lock form: %v", err)
+	}
+}

@@ -34,6 +34,7 @@ type soakConfig struct {
 	killEvery, seconds, drain    time.Duration
 	lease, handle                time.Duration
 	restartDB                    bool
+	tx                           bool
 }
 
 func soak(ctx context.Context, args []string) error {
@@ -51,6 +52,7 @@ func soak(ctx context.Context, args []string) error {
 	fs.DurationVar(&c.drain, "drain", time.Minute, "how long to wait for the inbox to drain after the kills stop")
 	fs.DurationVar(&c.lease, "lease", 2*time.Second, "the workers' lease (lease form): a killed worker's rows come back after it")
 	fs.DurationVar(&c.handle, "handle", 100*time.Millisecond, "mean handling time (uniform on 0..2x; one in a hundred runs 1.5 leases)")
+	fs.BoolVar(&c.tx, "tx", false, "workers use inbox.HandleTx and insert one sent row per handling in its transaction; the verdict asks for exactly one per row (lease form, Postgres)")
 	fs.StringVar(&c.restartCmd, "restart-cmd", "", "command that restarts Postgres (default: pg_ctlcluster --skip-systemctl-redirect VERSION main restart, VERSION read from /etc/postgresql)")
 	// --seconds 60 reads as a minute, as the issue writes it.
 	for i, a := range args {
@@ -104,6 +106,14 @@ func soak(ctx context.Context, args []string) error {
 	}
 	if err := t.reset(ctx, db); err != nil {
 		return err
+	}
+	if c.tx {
+		if c.form != "lease" || d.Kind != dialect.Postgres {
+			return fmt.Errorf("--tx: the transactional handler's soak runs on the lease form on Postgres (on SQLite the handling's transaction holds the write lock the soak's marks need)")
+		}
+		if err := makeSent(ctx, db, c.table); err != nil {
+			return err
+		}
 	}
 	r := &soakRun{c: c, exe: exe, db: db, d: d, t: t, begun: time.Now(), exited: make(chan *soakProc, 64), inTx: make(chan struct{}, 1)}
 	defer r.killAll()
@@ -174,7 +184,7 @@ func (r *soakRun) startWorker() error {
 	r.next++
 	p, err := r.start(r.next, os.Stderr, "soak-worker", "--db", r.c.url, "--table", r.c.table, "--form", r.c.form,
 		"--workers", strconv.Itoa(r.c.workers), "--lease", r.c.lease.String(), "--handle", r.c.handle.String(),
-		"--instance", strconv.Itoa(r.next))
+		"--instance", strconv.Itoa(r.next), "--tx="+strconv.FormatBool(r.c.tx))
 	if err != nil {
 		return err
 	}
@@ -541,6 +551,16 @@ func (r *soakRun) judge(ctx context.Context) error {
 	}
 	if r.unexpected > 0 {
 		why = append(why, fmt.Sprintf("%d processes exited without being told to", r.unexpected))
+	}
+	if c.tx {
+		n, err := sentNotOnce(ctx, r.db, r.t)
+		if err != nil {
+			return fmt.Errorf("read the sent rows: %w", err)
+		}
+		fmt.Printf("tx=true sent_not_once=%d\n", n)
+		if n > 0 {
+			why = append(why, fmt.Sprintf("%d rows without exactly one sent row", n))
+		}
 	}
 	if c.restartDB && r.restarts == 0 {
 		why = append(why, "the database restart asked for did not happen")

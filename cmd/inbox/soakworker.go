@@ -38,6 +38,7 @@ func soakWorker(ctx context.Context, args []string) error {
 	leaseD := fs.Duration("lease", 2*time.Second, "lease (lease form)")
 	handle := fs.Duration("handle", 100*time.Millisecond, "mean handling time")
 	instance := fs.Int("instance", 0, "this worker's number in the soak")
+	tx := fs.Bool("tx", false, "handle with inbox.HandleTx, inserting a sent row in the handling's transaction")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -70,8 +71,24 @@ func soakWorker(ctx context.Context, args []string) error {
 	h := &soakHandler{db: marks, t: t, instance: *instance, mean: *handle, long: *leaseD * 3 / 2,
 		start: t.markStart(), beat: t.markBeat(), done: t.markDone()}
 	svc := inbox.NewService("soak-worker", strconv.Itoa(*instance), b)
-	if _, err := inbox.Handle(svc, q, h.handle, inbox.Form(form), inbox.Workers(*workers), inbox.Lease(*leaseD),
-		inbox.ShutdownTimeout(20*time.Second)); err != nil {
+	opts := []inbox.SubOption{inbox.Form(form), inbox.Workers(*workers), inbox.Lease(*leaseD), inbox.ShutdownTimeout(20 * time.Second)}
+	if *tx {
+		sent := insertSent(d, *table)
+		_, err = inbox.HandleTx(svc, q, func(ctx context.Context, tx *sql.Tx, row referenceRow) error {
+			if err := h.handle(ctx, row); err != nil {
+				return err
+			}
+			seq, err := seqOf(row.Payload)
+			if err != nil {
+				return err
+			}
+			_, err = tx.ExecContext(ctx, sent, seq)
+			return err
+		}, opts...)
+	} else {
+		_, err = inbox.Handle(svc, q, h.handle, opts...)
+	}
+	if err != nil {
 		return err
 	}
 	return svc.Run(ctx)

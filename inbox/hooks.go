@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/sqlinbox/sqlinbox/claim"
+	"github.com/sqlinbox/sqlinbox/internal/claim"
 )
 
 // Hooks are calls every subscription of a service makes, for metrics and

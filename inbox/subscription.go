@@ -10,6 +10,7 @@ import (
 
 	"github.com/sqlinbox/sqlinbox/claim"
 	"github.com/sqlinbox/sqlinbox/claim/lease"
+	iclaim "github.com/sqlinbox/sqlinbox/internal/claim"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 	"github.com/sqlinbox/sqlinbox/internal/engine"
 )
@@ -167,9 +168,9 @@ type Subscription struct {
 	shape   *shape
 	handle  func(ctx context.Context, value any) error
 	// handleJob, when set, handles the claimed job itself (HandleTx).
-	handleJob func(ctx context.Context, j *claim.Job) error
+	handleJob func(ctx context.Context, j *iclaim.Job) error
 
-	claimer claim.Claimer
+	claimer iclaim.Claimer
 	running atomic.Bool
 	stats   engine.Counters
 	idle    *engine.Idle
@@ -242,7 +243,7 @@ func (s *Subscription) check(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	env := claim.Env{DB: s.b.db, Stmts: s.b.stmts, Writer: s.b.writer, Dialect: s.b.d, Table: t, SQL: s.b.d.Inbox(t.Table, t.Times), Clock: s.b.clock,
+	env := iclaim.Env{DB: s.b.db, Stmts: s.b.stmts, Writer: s.b.writer, Dialect: s.b.d, Table: t, SQL: s.b.d.Inbox(t.Table, t.Times), Clock: s.b.clock,
 		Lease: s.cfg.lease, Rescan: s.b.poll, Conns: s.b.claimConns(), Budget: s.b.budget}
 	if s.grouped {
 		env.Group = s.group
@@ -314,11 +315,11 @@ func (s *Subscription) engineConfig(log *slog.Logger, wakes <-chan struct{}) eng
 		Lease: s.cfg.lease, Timeout: s.cfg.timeout, Shutdown: s.cfg.shutdown, Poll: s.b.poll,
 		Postgres: s.b.d.Kind == dialect.Postgres, Conns: s.b.claimConns(), Clock: s.b.clock, Log: log,
 		Claimer: s.claimer, Wakes: wakes, Counters: &s.stats, Idle: s.idle}
-	c.Handle = func(ctx context.Context, j *claim.Job) error { return s.handle(ctx, j.Value) }
+	c.Handle = func(ctx context.Context, j *iclaim.Job) error { return s.handle(ctx, j.Value) }
 	if s.handleJob != nil {
 		c.Handle = s.handleJob
 	}
-	c.Prepare = func(j *claim.Job) { s.shape.setLease(reflect.ValueOf(j.Value).Elem(), j.Lease) }
+	c.Prepare = func(j *iclaim.Job) { s.shape.setLease(reflect.ValueOf(j.Value).Elem(), j.Lease) }
 	c.Judge = judge
 	c.Unreachable = unreachable
 	if observe := s.cfg.observe; observe != nil {

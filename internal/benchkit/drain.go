@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sqlinbox/sqlinbox/claim"
 	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/internal/claim"
 )
 
 // Row is the reference table's row as the benchmarks claim it.

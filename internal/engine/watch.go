@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sqlinbox/sqlinbox/claim"
 	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/internal/claim"
 )
 
 // settleTimeout bounds a settlement statement, which must not be cut short

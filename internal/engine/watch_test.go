@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sqlinbox/sqlinbox/claim"
 	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/internal/claim"
 )
 
 // opts are a test engine's lease and timeout; zero means 30s and a minute.

@@ -46,7 +46,8 @@ type Instance struct {
 	PID                        int
 	Started, Heartbeat         time.Time
 	Every                      time.Duration // its heartbeat interval
-	// Alive: its heartbeat is less than three intervals old.
+	// Alive: its heartbeat is less than three intervals old, or less than
+	// five seconds.
 	Alive         bool
 	Subscriptions []RegisteredSubscription
 }
@@ -76,7 +77,7 @@ func (o *Operator) Instances(ctx context.Context) ([]Instance, error) {
 			return nil, fmt.Errorf("inbox: list instances: %w", err)
 		}
 		in.Started, in.Heartbeat, in.Every = time.UnixMilli(started), time.UnixMilli(beat), time.Duration(every)*time.Millisecond
-		in.Alive = now.Sub(in.Heartbeat) < staleBeats*in.Every
+		in.Alive = now.Sub(in.Heartbeat) < max(staleBeats*in.Every, staleFloor)
 		byID[in.ID] = len(out)
 		out = append(out, in)
 	}

@@ -34,18 +34,23 @@ type RegistryConfig struct {
 // DefaultRegistryKeep is RegistryConfig.Keep's default.
 const DefaultRegistryKeep = 24 * time.Hour
 
-// staleBeats is how many heartbeat intervals old an instance's heartbeat
-// may be before it is shown as gone.
-const staleBeats = 3
+// An instance is shown as gone once its heartbeat is staleBeats intervals
+// old, and at least staleFloor: a short heartbeat on a loaded machine (a
+// GC pause, a slow statement) must not make a live instance look dead.
+const (
+	staleBeats = 3
+	staleFloor = 5 * time.Second
+)
 
 // Register makes the service record itself in the registry tables
 // (migrations.ApplyRegistry) while it runs: its instance (name, version,
 // host, pid, start, heartbeat), its subscriptions (table, group, form,
 // workers and the table's column roles) and per-minute counts of each
 // queue's handlings. Run removes the record when it returns; an instance
-// that dies is shown as gone once its heartbeat is three intervals old.
-// A registered service also obeys pauses (Operator.Pause, inbox pause): a paused queue's
-// subscriptions claim nothing until it is resumed, and an instance that
+// that dies is shown as gone once its heartbeat is three intervals old (and
+// at least five seconds). A registered service also obeys pauses
+// (Operator.Pause, inbox pause): a paused queue's subscriptions claim
+// nothing until it is resumed, and an instance that
 // starts while its queue is paused starts paused.
 //
 // The registry never stops a service from handling rows: with its tables

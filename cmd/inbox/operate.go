@@ -243,7 +243,7 @@ pause of one group stops the subscriptions of that group.`, true,
 	}
 
 	instances, _ := operatorCommand("instances", "registered service instances: alive or gone, since when, subscriptions and workers",
-		"Lists every instance in the registry. An instance is gone once its heartbeat is three\nintervals old (it died without leaving); gone ones are forgotten after a day.", false,
+		"Lists every instance in the registry. An instance is gone once its heartbeat is three\nintervals old, and at least 5 s (it died without leaving); gone ones are forgotten after a day.", false,
 		func(ctx context.Context, s *opSession) error {
 			is, err := s.op.Instances(ctx)
 			if err != nil {

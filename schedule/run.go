@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,21 +23,27 @@ type member struct {
 // the latest passed one before it gives up and waits for the next.
 const maxCatchUp = 10000
 
-// Start takes this instance's name (refused with ErrDuplicateInstance while
-// another live scheduler holds it) and writes its heartbeats for every
+// Start takes this instance's name and writes its heartbeats for every
 // schedule, so that a moment that comes after Start returns includes this
-// instance, then starts the heartbeat, sweep and moment loops. ctx bounds
-// the registration only; the Scheduler runs until Stop.
+// instance, then starts the heartbeat, sweep and moment loops. While
+// another scheduler holds the name, Start waits: if that one renews its hold
+// (it is alive), Start fails with ErrDuplicateInstance, within about a
+// heartbeat; if its hold runs out (it died, and this is its restart under
+// the same name), Start takes the name, within HeartbeatTTL. ctx bounds the
+// registration only; the Scheduler runs until Stop.
 func (s *Scheduler) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state != 0 {
 		return errors.New("schedule: Start called twice, or after Stop")
 	}
-	if err := s.beatOnce(ctx); err != nil {
+	if err := s.holdName(ctx); err != nil {
 		if errors.Is(err, ErrDuplicateInstance) {
 			return err
 		}
+		return fmt.Errorf("schedule: instance %q: register heartbeats (did migrations.ApplySchedules run?): %w", s.name, err)
+	}
+	if err := s.beatOnce(ctx); err != nil {
 		return fmt.Errorf("schedule: instance %q: register heartbeats (did migrations.ApplySchedules run?): %w", s.name, err)
 	}
 	s.state = 1
@@ -122,9 +129,38 @@ func (s *Scheduler) crash() {
 	}
 }
 
-// beatOnce renews this instance's hold on its name and the heartbeat of
-// every schedule of this instance.
-func (s *Scheduler) beatOnce(ctx context.Context) error {
+// holdName takes this instance's name for Start. While another scheduler's
+// hold has it, Start waits, a third of a heartbeat at a time: a hold that is
+// renewed meanwhile belongs to a live scheduler (ErrDuplicateInstance, within
+// about a heartbeat); one that runs out belonged to a scheduler that died
+// (a restart under a fixed name), and its name is taken once it expires.
+func (s *Scheduler) holdName(ctx context.Context) error {
+	var seen string
+	for {
+		err := s.hold(ctx)
+		if !errors.Is(err, ErrDuplicateInstance) {
+			return err
+		}
+		var until any
+		switch rerr := s.db.QueryRowContext(ctx, s.sql.HoldUntil, s.name).Scan(&until); {
+		case errors.Is(rerr, sql.ErrNoRows):
+			continue // released meanwhile
+		case rerr != nil:
+			return fmt.Errorf("read the hold on the instance name: %w", rerr)
+		}
+		now := fmt.Sprint(until)
+		if seen != "" && now != seen {
+			return err // renewed: a live scheduler has the name
+		}
+		seen = now
+		if serr := clock.Sleep(ctx, s.clk, s.leaseTick()); serr != nil {
+			return fmt.Errorf("%w (waiting to see whether it is alive: %w)", err, serr)
+		}
+	}
+}
+
+// hold takes or renews this scheduler's hold on its instance name.
+func (s *Scheduler) hold(ctx context.Context) error {
 	now := s.clk.Now()
 	res, err := s.db.ExecContext(ctx, s.sql.Hold, s.name, s.token, s.times.Arg(now, s.ttl), s.times.Arg(now, 0))
 	if err != nil {
@@ -136,6 +172,16 @@ func (s *Scheduler) beatOnce(ctx context.Context) error {
 		return fmt.Errorf("%w: instance %q is held by another live scheduler; give each instance its own Config.Instance "+
 			"(a scheduler that died frees its name when its heartbeat expires, within HeartbeatTTL %v)", ErrDuplicateInstance, s.name, s.ttl)
 	}
+	return nil
+}
+
+// beatOnce renews this instance's hold on its name and the heartbeat of
+// every schedule of this instance.
+func (s *Scheduler) beatOnce(ctx context.Context) error {
+	if err := s.hold(ctx); err != nil {
+		return err
+	}
+	now := s.clk.Now()
 	for _, e := range s.entries {
 		if _, err := s.db.ExecContext(ctx, s.sql.Beat, e.name, s.name, e.runners(), s.times.Arg(now, s.ttl)); err != nil {
 			return fmt.Errorf("schedule %q: %w", e.name, err)

@@ -177,10 +177,10 @@ const (
 // default.
 type Config struct {
 	// Instance names this instance in the heartbeats table; it must be
-	// unique among the instances sharing the database: Start refuses it
-	// with ErrDuplicateInstance while another live scheduler holds it (one
-	// that died frees it when its heartbeat expires). Default: host name,
-	// process id and a random suffix.
+	// unique among the instances sharing the database: Start fails with
+	// ErrDuplicateInstance when another live scheduler holds it, and waits
+	// for the hold of one that died to expire (see Start). Default: host
+	// name, process id and a random suffix.
 	Instance string
 	// Workers is how many runs an EveryWorker schedule has per moment on
 	// this instance. Zero means runtime.NumCPU(); negative is refused.

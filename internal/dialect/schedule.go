@@ -34,6 +34,8 @@ type ScheduleSQL struct {
 	// (Times.Arg(now, ttl)) unless another token holds it past $4 (now).
 	// No affected row: another live scheduler has the name.
 	Hold string
+	// HoldUntil reads when the hold on instance name $1 expires.
+	HoldUntil string
 	// Leave deletes every heartbeat of instance $1.
 	Leave string
 	// Unhold deletes the hold of instance $1 by token $2.
@@ -89,7 +91,8 @@ ON CONFLICT (schedule, instance) DO UPDATE SET runners = excluded.runners, expir
 		Hold: d.Rebind(`INSERT INTO ` + in + ` (instance, token, expires_at) VALUES ($1, $2, ` + t.At(3) + `)
 ON CONFLICT (instance) DO UPDATE SET token = excluded.token, expires_at = excluded.expires_at
 WHERE ` + in + `.token = excluded.token OR ` + in + `.expires_at <= ` + t.At(4)),
-		Leave:   d.Rebind(`DELETE FROM ` + hb + ` WHERE instance = $1`),
+		HoldUntil: d.Rebind(`SELECT expires_at FROM ` + in + ` WHERE instance = $1`),
+		Leave:     d.Rebind(`DELETE FROM ` + hb + ` WHERE instance = $1`),
 		Unhold:  d.Rebind(`DELETE FROM ` + in + ` WHERE instance = $1 AND token = $2`),
 		Members: d.Rebind(`SELECT instance, runners FROM ` + hb + ` WHERE schedule = $1 AND expires_at > ` + t.At(2)),
 		Claim:   d.Rebind(`INSERT INTO ` + mo + ` (schedule, fired_at, writer, members) VALUES ($1, $2, $3, $4) ON CONFLICT (schedule, fired_at) DO NOTHING`),

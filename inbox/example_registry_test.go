@@ -39,7 +39,10 @@ func ExampleService_Register() {
 	if err := op.Pause(ctx, "invoice_jobs", ""); err != nil {
 		panic(err)
 	}
-	for !svc.Paused("invoice_jobs", "") {
+	for deadline := time.Now().Add(30 * time.Second); !svc.Paused("invoice_jobs", ""); {
+		if time.Now().After(deadline) {
+			panic("the pause was not seen within 30s")
+		}
 		time.Sleep(time.Millisecond) // a pause is seen within a heartbeat
 	}
 	for range 3 {

@@ -274,7 +274,10 @@ func (o *Operator) RunNow(ctx context.Context, ref QueueRef, sel Selection) (int
 }
 
 // Delete deletes ref's rows in sel that are available, delayed or parked;
-// held rows (perhaps in work) are left alone.
+// held rows (perhaps in work) are left alone. On Postgres so are rows a
+// row-lock handler holds, whatever their locked_until; a row an advisory
+// handler holds cannot be told from its columns, so deleting it under a
+// running handler makes that handling's ack change nothing.
 func (o *Operator) Delete(ctx context.Context, ref QueueRef, sel Selection) (int64, error) {
 	return o.change(ctx, ref, sel, "", "delete", func(t dialect.AdminTable) string {
 		return "DELETE FROM " + t.Name
@@ -298,6 +301,11 @@ func (o *Operator) change(ctx context.Context, ref QueueRef, sel Selection, stat
 	where, args, err := o.b.d.Where(t, f)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: %s rows of %q: %w", what, ref.Table, err)
+	}
+	if o.b.d.Kind == dialect.Postgres {
+		// A row a row-lock handler holds is in work whatever locked_until
+		// says: skip it rather than wait for the handler to end.
+		where = t.ID + " IN (SELECT " + t.ID + " FROM " + t.Name + " WHERE " + where + " FOR UPDATE SKIP LOCKED)"
 	}
 	var n int64
 	err = o.b.write(ctx, false, func(ex execer) error {

@@ -593,11 +593,12 @@ func testConcurrentFreePlaces(t *testing.T, newStore func(t testing.TB) lock.Sto
 // LOCK_RECLAIM_NAMES sets the names of each kind (default 1000; the issue's
 // figure, 20000, is measured in BENCHMARKS.md).
 func testReclaimed(t *testing.T, newStore func(t testing.TB) lock.Store) {
-	ctx := ctxT(t)
 	n := 1000
 	if v, err := strconv.Atoi(os.Getenv("LOCK_RECLAIM_NAMES")); err == nil && v > 0 {
 		n = v
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+time.Duration(n)*20*time.Millisecond)
+	defer cancel()
 	s := newStore(t)
 	l := locker(t, s, "reclaim")
 	start := time.Now()

@@ -11,10 +11,12 @@ import (
 // a store; a store answers for the truth of every place: it never reports a
 // place held that is not. Stores here: SQL (Postgres, SQLite), Redis, Memory.
 type Store interface {
-	// Acquire takes the lowest free place below maxHolders on k for ttl,
-	// marking it with secret, in one step (one round trip where there is a
-	// network). A place is free when never taken, released, or past its
-	// expiry on the store's clock. When every place is held it answers
+	// Acquire takes a free place below maxHolders on k for ttl (the lowest
+	// one, unless concurrent takers race for it), marking it with secret,
+	// in one step (one round trip where there is a network, more only after
+	// a race lost on Postgres). A place is free when never taken, released,
+	// or past its expiry on the store's clock. When a place is free it
+	// takes one: concurrent takers of N free places all get one. When every place is held it answers
 	// Acquired false and, in Expiry, how long until the nearest holder's
 	// expiry (or -1 when unknown).
 	Acquire(ctx context.Context, k Key, secret string, ttl time.Duration, maxHolders int) (Grant, error)

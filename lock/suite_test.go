@@ -602,17 +602,49 @@ func testReclaimed(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	s := newStore(t)
 	l := locker(t, s, "reclaim")
 	start := time.Now()
-	for i := range n {
-		h := mustTake(t, l, fmt.Sprintf("released-%d", i), lock.Options{TTL: time.Minute})
-		if err := l.Release(ctx, h.Token); err != nil {
-			t.Fatal(err)
-		}
-	}
 	const ttl = 200 * time.Millisecond
+	// Four callers at a time; a take waits (and so rides out a store that
+	// restarts meanwhile), a release tries again after an error.
+	work := make(chan int)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
 	var last time.Time
-	for i := range n {
-		mustTake(t, l, fmt.Sprintf("expired-%d", i), lock.Options{TTL: ttl})
-		last = time.Now()
+	var failures []error
+	for range 4 {
+		wg.Go(func() {
+			for i := range work {
+				name, o := fmt.Sprintf("released-%d", i), lock.Options{TTL: time.Minute, Wait: time.Minute}
+				if i >= n {
+					name, o = fmt.Sprintf("expired-%d", i-n), lock.Options{TTL: ttl, Wait: time.Minute}
+				}
+				h, ok, err := l.Take(ctx, name, o)
+				if err == nil && !ok {
+					err = fmt.Errorf("take %q: no place", name)
+				}
+				for try := 0; err == nil && i < n; try++ {
+					if err = l.Release(ctx, h.Token); err == nil || try == 5 || errors.Is(err, lock.ErrNotHeld) {
+						break
+					}
+					time.Sleep(200 * time.Millisecond) // a store restarting: try the release again
+				}
+				mu.Lock()
+				if err != nil {
+					failures = append(failures, err)
+				}
+				if i >= n {
+					last = time.Now()
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range 2 * n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if len(failures) > 0 {
+		t.Fatalf("%d takes or releases failed, the first: %v", len(failures), failures[0])
 	}
 	took := time.Since(start)
 	before, err := lock.Leftover(ctx, s)

@@ -22,7 +22,10 @@ import (
 type TxHandler[T any] func(ctx context.Context, tx *sql.Tx, row T) error
 
 // SubscribeTx is Subscribe for a TxHandler. It runs on the lease form (the
-// default); on SQLite each handling holds the database's one write lock
+// default) and the row-lock form, where the transaction given is the one
+// that holds the row: the ack deletes the row and commits it, and a
+// failure rolls the handler's writes back to a savepoint taken before it
+// ran. On SQLite each handling holds the database's one write lock
 // from its first statement to its commit, so handlings of a broker run one
 // at a time there.
 func SubscribeTx[T any](b *Broker, q Queue[T], h TxHandler[T], opts ...SubOption) (*Subscription, error) {
@@ -33,8 +36,8 @@ func SubscribeTx[T any](b *Broker, q Queue[T], h TxHandler[T], opts ...SubOption
 	if err != nil {
 		return nil, err
 	}
-	if name := sub.cfg.form.Name(); name != "lease" {
-		return nil, fmt.Errorf("inbox: subscription %q: a transactional handler runs on the lease form only, not %s", sub.cfg.name, name)
+	if name := sub.cfg.form.Name(); name != "lease" && name != "rowlock" {
+		return nil, fmt.Errorf("inbox: subscription %q: a transactional handler runs on the lease and row-lock forms, not %s", sub.cfg.name, name)
 	}
 	sub.handleJob = func(ctx context.Context, j *claim.Job) error {
 		return handleTx(ctx, b, j, func(ctx context.Context, tx *sql.Tx) error { return h(ctx, tx, *j.Value.(*T)) })
@@ -57,6 +60,9 @@ func HandleTx[T any](svc *Service, q Queue[T], h TxHandler[T], opts ...SubOption
 func handleTx(ctx context.Context, b *Broker, j *claim.Job, h func(context.Context, *sql.Tx) error) (err error) {
 	if j.Err != nil {
 		return j.Err
+	}
+	if lender, ok := j.Settler.(claim.TxLender); ok {
+		return handleHeldTx(ctx, lender.LendTx(), h)
 	}
 	acker, ok := j.Settler.(claim.TxAcker)
 	if !ok {
@@ -95,5 +101,30 @@ func handleTx(ctx context.Context, b *Broker, j *claim.Job, h func(context.Conte
 		acker.TxAborted()
 		return fmt.Errorf("inbox: row %d: commit the handler's transaction: %w", j.ID, err)
 	}
+	return nil
+}
+
+// handleHeldTx runs h in the transaction that holds the row (row-lock
+// form): its writes commit with the ack the engine makes next; on an
+// error or a panic they are rolled back to a savepoint, and the retry the
+// engine makes next commits alone.
+func handleHeldTx(ctx context.Context, tx *sql.Tx, h func(context.Context, *sql.Tx) error) (err error) {
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT inbox_handler"); err != nil {
+		return fmt.Errorf("inbox: savepoint before the handler: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			// A panic or an error: undo the handler's writes. The row's
+			// settlement is made next in the same transaction.
+			if _, rerr := tx.ExecContext(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT inbox_handler"); rerr != nil && err != nil {
+				err = fmt.Errorf("%w (and rolling its writes back failed: %v)", err, rerr)
+			}
+		}
+	}()
+	if err := h(ctx, tx); err != nil {
+		return err
+	}
+	ok = true
 	return nil
 }

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlinbox/sqlinbox/claim"
+	"github.com/sqlinbox/sqlinbox/claim/advisory"
+	"github.com/sqlinbox/sqlinbox/claim/lease"
 	"github.com/sqlinbox/sqlinbox/claim/rowlock"
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
@@ -37,7 +40,12 @@ func sentRows(t *testing.T, b *inbox.Broker) int {
 // back with its failure: after a failed attempt and a good one, each row
 // has one effect and is gone.
 func TestHandleTxCommitsWithTheAck(t *testing.T) {
-	eachDB(t, func(t *testing.T, url string) {
+	eachDB(t, func(t *testing.T, url string) { handleTxCommits(t, url, lease.Form) })
+	t.Run("rowlock", func(t *testing.T) { handleTxCommits(t, inboxtest.Postgres(t), rowlock.Form) })
+}
+
+func handleTxCommits(t *testing.T, url string, form claim.Form) {
+	{
 		b := openSent(t, url)
 		q := inbox.MustQueue[Job]("jobs")
 		ids, err := inbox.PublishMany(context.Background(), b, q, manyJobs(10))
@@ -53,7 +61,7 @@ func TestHandleTxCommitsWithTheAck(t *testing.T) {
 				return inbox.RetryAfter(time.Millisecond, errors.New("the mail server said no"))
 			}
 			return nil
-		}, ev.Observe(), inbox.Workers(4))
+		}, ev.Observe(), inbox.Workers(4), inbox.Form(form))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +80,7 @@ func TestHandleTxCommitsWithTheAck(t *testing.T) {
 		if wrong != 0 || rowsIn(t, b) != 0 {
 			t.Fatalf("%d effects of a failed attempt kept; %d rows left", wrong, rowsIn(t, b))
 		}
-	})
+	}
 }
 
 // A handler whose lease was taken over while it ran cannot commit: its
@@ -114,7 +122,12 @@ func TestHandleTxLostLeaseCannotCommit(t *testing.T) {
 
 // A panic rolls the handler's writes back; the row is retried.
 func TestHandleTxPanicRollsBack(t *testing.T) {
-	eachDB(t, func(t *testing.T, url string) {
+	eachDB(t, func(t *testing.T, url string) { handleTxPanic(t, url, lease.Form) })
+	t.Run("rowlock", func(t *testing.T) { handleTxPanic(t, inboxtest.Postgres(t), rowlock.Form) })
+}
+
+func handleTxPanic(t *testing.T, url string, form claim.Form) {
+	{
 		b := openSent(t, url)
 		q := inbox.MustQueue[Job]("jobs")
 		if _, err := inbox.Publish(context.Background(), b, q, Job{Payload: []byte("x")}); err != nil {
@@ -126,23 +139,26 @@ func TestHandleTxPanicRollsBack(t *testing.T) {
 				return err
 			}
 			panic("boom")
-		}, ev.Observe(), inbox.MaxAttempts(1))
+		}, ev.Observe(), inbox.MaxAttempts(1), inbox.Form(form))
 		if err != nil {
 			t.Fatal(err)
 		}
 		inboxtest.RunSubscription(t, sub)
 		ev.Wait("the handling", func(e []inbox.Event) bool { return len(e) == 1 })
+		if e := ev.All()[0]; e.Outcome != inbox.Parked {
+			t.Fatalf("outcome %v (%v), want parked (MaxAttempts 1)", e.Outcome, e.Err)
+		}
 		if n := sentRows(t, b); n != 0 {
 			t.Fatalf("a panicking handler committed %d effects", n)
 		}
-	})
+	}
 }
 
-// Forms other than lease are refused at subscribe.
-func TestHandleTxRefusesOtherForms(t *testing.T) {
+// The advisory form is refused at subscribe.
+func TestHandleTxRefusesAdvisory(t *testing.T) {
 	b := open(t, inboxtest.Postgres(t))
-	_, err := inbox.SubscribeTx(b, inbox.MustQueue[Job]("jobs"), func(context.Context, *sql.Tx, Job) error { return nil }, inbox.Form(rowlock.Form))
-	if err == nil || !strings.Contains(err.Error(), "lease form only") {
-		t.Fatalf("SubscribeTx on the row-lock form: %v", err)
+	_, err := inbox.SubscribeTx(b, inbox.MustQueue[Job]("jobs"), func(context.Context, *sql.Tx, Job) error { return nil }, inbox.Form(advisory.Form))
+	if err == nil || !strings.Contains(err.Error(), "lease and row-lock forms") {
+		t.Fatalf("SubscribeTx on the advisory form: %v", err)
 	}
 }

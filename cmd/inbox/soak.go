@@ -52,7 +52,7 @@ func soak(ctx context.Context, args []string) error {
 	fs.DurationVar(&c.drain, "drain", time.Minute, "how long to wait for the inbox to drain after the kills stop")
 	fs.DurationVar(&c.lease, "lease", 2*time.Second, "the workers' lease (lease form): a killed worker's rows come back after it")
 	fs.DurationVar(&c.handle, "handle", 100*time.Millisecond, "mean handling time (uniform on 0..2x; one in a hundred runs 1.5 leases)")
-	fs.BoolVar(&c.tx, "tx", false, "workers use inbox.HandleTx and insert one sent row per handling in its transaction; the verdict asks for exactly one per row (lease form, Postgres)")
+	fs.BoolVar(&c.tx, "tx", false, "workers use inbox.HandleTx and insert one sent row per handling in its transaction; the verdict asks for exactly one per row (lease and row-lock forms, Postgres)")
 	fs.StringVar(&c.restartCmd, "restart-cmd", "", "command that restarts Postgres (default: pg_ctlcluster --skip-systemctl-redirect VERSION main restart, VERSION read from /etc/postgresql)")
 	// --seconds 60 reads as a minute, as the issue writes it.
 	for i, a := range args {
@@ -108,8 +108,8 @@ func soak(ctx context.Context, args []string) error {
 		return err
 	}
 	if c.tx {
-		if c.form != "lease" || d.Kind != dialect.Postgres {
-			return fmt.Errorf("--tx: the transactional handler's soak runs on the lease form on Postgres (on SQLite the handling's transaction holds the write lock the soak's marks need)")
+		if c.form == "advisory" || d.Kind != dialect.Postgres {
+			return fmt.Errorf("--tx: the transactional handler's soak runs on the lease and row-lock forms on Postgres (on SQLite the handling's transaction holds the write lock the soak's marks need)")
 		}
 		if err := makeSent(ctx, db, c.table); err != nil {
 			return err

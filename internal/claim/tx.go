@@ -19,3 +19,13 @@ type TxAcker interface {
 	AckTx(ctx context.Context, tx *sql.Tx) error
 	TxAborted()
 }
+
+// TxLender is a Settler whose hold is a transaction a handler may write
+// in (the row-lock form): its Ack deletes the row and commits that
+// transaction, so the handler's writes commit with the ack; its Retry,
+// Park or Snooze commit too, so a failed handler's writes must be rolled
+// back to a savepoint first. LendTx stops the form's own use of the
+// connection until the job is settled.
+type TxLender interface {
+	LendTx() *sql.Tx
+}

@@ -1,0 +1,104 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/internal/claim"
+)
+
+// failingClaimer fails its first claims, then gives one row a claim.
+type failingClaimer struct {
+	claim.Claimer
+	mu     sync.Mutex
+	fails  int
+	claims []time.Time
+	err    error
+}
+
+func (c *failingClaimer) Traits() claim.Traits { return claim.Traits{} }
+func (c *failingClaimer) Held() int            { return 0 }
+func (c *failingClaimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.claims = append(c.claims, time.Now())
+	if len(c.claims) <= c.fails {
+		return nil, c.err
+	}
+	if len(c.claims) == c.fails+1 {
+		return []*claim.Job{{ID: 1, Attempts: 1, Settler: ackStub{}}}, nil
+	}
+	return nil, nil
+}
+
+type ackStub struct{ claim.Settler }
+
+func (ackStub) Ack(context.Context) error { return nil }
+
+// runEngine runs an engine over c with a poll of an hour until the test
+// ends, and returns its wakes and its events.
+func runEngine(t *testing.T, c claim.Claimer, unreachable func(error) bool) (wakes chan struct{}, events chan Event) {
+	wakes, events = make(chan struct{}, 1), make(chan Event, 8)
+	clk := clock.Host{}
+	e := New(Config{Name: "test", Table: "jobs", Workers: 2, MaxAttempts: 25, Lease: time.Minute, Timeout: time.Minute,
+		Shutdown: time.Second, Poll: time.Hour, Conns: 4, Clock: clk, Log: slog.New(slog.DiscardHandler), Claimer: c, Wakes: wakes,
+		Counters: &Counters{}, Idle: NewIdle(clk), Callbacks: Callbacks{
+			Handle: func(context.Context, *claim.Job) error { return nil }, Prepare: func(*claim.Job) {},
+			Judge:   func(error) (Verdict, time.Duration) { return Retry, 0 },
+			Observe: func(ev Event) { events <- ev }, Unreachable: unreachable}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return wakes, events
+}
+
+// Failed claims back off from 100 ms, doubling, not at the poll's pace (an
+// hour here); a wake during the backoff is kept: the claim at its end
+// serves it, and the row it finds is handled.
+func TestFailedClaimsBackOffFrom100ms(t *testing.T) {
+	c := &failingClaimer{fails: 2, err: errors.New("relation \"jobs\" does not exist")}
+	wakes, events := runEngine(t, c, func(error) bool { return false })
+	wakes <- struct{}{} // during the first backoff
+	select {
+	case ev := <-events:
+		if ev.Outcome != Acked {
+			t.Fatalf("event %+v, want the row acked", ev)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no row handled within 30s of two failed claims: the backoff follows the poll (an hour)")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gaps := []time.Duration{c.claims[1].Sub(c.claims[0]), c.claims[2].Sub(c.claims[1])}
+	t.Logf("gaps between claims after failures: %v", gaps)
+	if gaps[0] < 100*time.Millisecond || gaps[1] < 200*time.Millisecond {
+		t.Fatalf("claims after failures came %v apart, want at least 100ms then 200ms", gaps)
+	}
+}
+
+// Claims that fail on dead connections are sent again at once (each takes
+// another pooled connection), up to the connections the claims may hold:
+// five failures in a row cost no backoff (with one they would cost 3.1 s).
+func TestClaimOnADeadConnectionSentAgainAtOnce(t *testing.T) {
+	dead := errors.New("FATAL: terminating connection due to administrator command (SQLSTATE 57P01)")
+	c := &failingClaimer{fails: 5, err: dead}
+	_, events := runEngine(t, c, func(err error) bool { return errors.Is(err, dead) })
+	select {
+	case <-events:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no row handled within 30s of claims failed on dead connections")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	took := c.claims[5].Sub(c.claims[0])
+	t.Logf("five claims failed on dead connections; the sixth sent %v after the first", took)
+	if took > 1500*time.Millisecond {
+		t.Fatalf("the sixth claim came %v after the first: the failures backed off", took)
+	}
+}

@@ -49,6 +49,12 @@ func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action
 	}
 }
 
+// liveRefresh is the browser tests' refresh: long enough that a refresh,
+// which replaces the live parts of a page, does not land between finding
+// a link there and clicking it ("could not find node"), short enough that
+// the test sees one.
+const liveRefresh = 5 * time.Second
+
 // pwned is what the hostile payloads would set if any of them ran.
 func pwned(t *testing.T, ctx context.Context) {
 	t.Helper()
@@ -83,7 +89,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 // running service, and pause stops the queue until resume.
 func TestBrowser(t *testing.T) {
 	eachDB(t, func(t *testing.T, dbURL string) {
-		s := newSite(t, dbURL, dashboard.Config{Refresh: time.Second})
+		s := newSite(t, dbURL, dashboard.Config{Refresh: liveRefresh})
 		ctx := browser(t)
 		id := s.publish("bad")
 		s.waitParked(1)

@@ -106,7 +106,7 @@ func TestLocksAndSchedulesPages(t *testing.T) {
 
 // The same pages in the browser, for the README's pictures.
 func TestBrowserLocksAndSchedules(t *testing.T) {
-	s := newSite(t, postgresOrSQLite(t), dashboard.Config{Refresh: time.Second})
+	s := newSite(t, postgresOrSQLite(t), dashboard.Config{Refresh: liveRefresh})
 	ctx := browser(t)
 	s.withLocksAndSchedules()
 	do(t, ctx, "locks", chromedp.Navigate(s.url("")), chromedp.Click(`a[href="locks"]`), chromedp.WaitVisible(`tr[data-lock]`))

@@ -12,7 +12,8 @@
         var doc = new DOMParser().parseFromString(text, "text/html");
         document.querySelectorAll("[data-live]").forEach(function (el) {
           var fresh = doc.getElementById(el.id);
-          if (fresh) el.replaceChildren.apply(el, Array.from(fresh.childNodes));
+          // Unchanged parts stay as they are: no flicker, no lost focus.
+          if (fresh && fresh.innerHTML !== el.innerHTML) el.replaceChildren.apply(el, Array.from(fresh.childNodes));
         });
         document.body.dataset.refreshed = String(Date.now());
       })

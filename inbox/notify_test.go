@@ -195,9 +195,12 @@ func TestPublishWithNotifyClaimsOnce(t *testing.T) {
 		inboxtest.Idle(t, sub)
 	}
 	// Each marker notification ('last') is a wake of its own, keyed to no
-	// group the subscription filters on: it claims once too.
-	if claims := sub.Stats().Claims - before; claims != 2*n {
-		t.Fatalf("%d publishes (and %d marker notifications) made %d claims, want %d: a publish's own notification woke its process again", n, n, claims, 2*n)
+	// group the subscription filters on: it claims once too, or folds into
+	// a claim in flight (fewer claims under load). More would be the bug.
+	claims := sub.Stats().Claims - before
+	t.Logf("%d publishes and %d marker notifications: %d claims", n, n, claims)
+	if claims > 2*n {
+		t.Fatalf("%d publishes (and %d marker notifications) made %d claims, want at most %d: a publish's own notification woke its process again", n, n, claims, 2*n)
 	}
 }
 

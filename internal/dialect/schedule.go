@@ -93,9 +93,9 @@ ON CONFLICT (instance) DO UPDATE SET token = excluded.token, expires_at = exclud
 WHERE ` + in + `.token = excluded.token OR ` + in + `.expires_at <= ` + t.At(4)),
 		HoldUntil: d.Rebind(`SELECT expires_at FROM ` + in + ` WHERE instance = $1`),
 		Leave:     d.Rebind(`DELETE FROM ` + hb + ` WHERE instance = $1`),
-		Unhold:  d.Rebind(`DELETE FROM ` + in + ` WHERE instance = $1 AND token = $2`),
-		Members: d.Rebind(`SELECT instance, runners FROM ` + hb + ` WHERE schedule = $1 AND expires_at > ` + t.At(2)),
-		Claim:   d.Rebind(`INSERT INTO ` + mo + ` (schedule, fired_at, writer, members) VALUES ($1, $2, $3, $4) ON CONFLICT (schedule, fired_at) DO NOTHING`),
+		Unhold:    d.Rebind(`DELETE FROM ` + in + ` WHERE instance = $1 AND token = $2`),
+		Members:   d.Rebind(`SELECT instance, runners FROM ` + hb + ` WHERE schedule = $1 AND expires_at > ` + t.At(2)),
+		Claim:     d.Rebind(`INSERT INTO ` + mo + ` (schedule, fired_at, writer, members) VALUES ($1, $2, $3, $4) ON CONFLICT (schedule, fired_at) DO NOTHING`),
 		TakeDealt: d.Rebind(`UPDATE ` + sh + ` SET holder = $1, token = $2, locked_until = ` + t.At(3) + `
 WHERE schedule = $4 AND moment = $5 AND dealt_to = $1 AND holder IS NULL RETURNING ` + shareCols),
 		Orphans: d.Rebind(`SELECT schedule, moment, worker FROM ` + sh + ` WHERE locked_until <= ` + t.At(1) + ` AND locked_until > ` + t.At(2)),

@@ -124,8 +124,10 @@ func NewSQL(ctx context.Context, db *sql.DB, o SQLOptions) (*SQL, error) {
 	return s, nil
 }
 
-// Close stops the store's sweep and its own listener, if it runs one. The
-// pool stays open: it is the user's.
+// Close stops the store's sweep and its own listener, if it runs one, and on
+// a SQLite file removes the store's wake socket (a process gone without
+// Close leaves its socket until the next store of the file starts or
+// releases). The pool stays open: it is the user's.
 func (s *SQL) Close() error {
 	if s.stop != nil {
 		s.stop()

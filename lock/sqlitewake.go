@@ -93,6 +93,7 @@ func listenFileWakes(path string, hub *notify.Hub, log *slog.Logger) (*fileWakes
 	}
 	w := &fileWakes{dir: dir, self: self, conn: conn, hub: hub, log: log, done: make(chan struct{})}
 	go w.receive()
+	w.send("") // an empty datagram wakes nobody; it removes the sockets of processes gone without Close
 	return w, nil
 }
 
@@ -107,7 +108,9 @@ func (w *fileWakes) receive() {
 			}
 			continue
 		}
-		w.hub.Wake(dialect.LockChannel, string(buf[:n]))
+		if n > 0 {
+			w.hub.Wake(dialect.LockChannel, string(buf[:n]))
+		}
 	}
 }
 

@@ -376,3 +376,29 @@ func TestPostgresUpgradeKeepsFencesGrowing(t *testing.T) {
 		t.Fatalf("fence %d after the upgrade, not above the name's 41", h.Fence)
 	}
 }
+
+// An old table whose greatest fence is 1, still held: the new sequence,
+// never drawn from, must not hand out 1 again.
+func TestPostgresUpgradeFromFenceOne(t *testing.T) {
+	u := postgresSchema(t)
+	db, _, err := dialect.Open(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := ctxT(t)
+	for _, q := range []string{
+		`CREATE TABLE sqlinbox_locks (namespace text NOT NULL, name text NOT NULL, slot integer NOT NULL CHECK (slot >= -1),
+			token text NOT NULL DEFAULT '', fence bigint NOT NULL, expires_at timestamptz NOT NULL, PRIMARY KEY (namespace, name, slot))`,
+		`INSERT INTO sqlinbox_locks VALUES ('up', 'order:1', 0, 'x', 1, now() + interval '1 hour')`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := openSQL(t, u, true)
+	h := mustTake(t, locker(t, s, "up"), "order:2", lock.Options{})
+	if h.Fence <= 1 {
+		t.Fatalf("fence %d after the upgrade, not above the table's 1", h.Fence)
+	}
+}

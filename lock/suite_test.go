@@ -338,7 +338,8 @@ func testCrashedHolder(t *testing.T, newStore func(t testing.TB) lock.Store) {
 func testExtension(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	ctx := ctxT(t)
 	a, b := locker(t, newStore(t), "ext"), locker(t, newStore(t), "ext")
-	const ttl = 300 * time.Millisecond
+	// Long enough that a loaded machine extends the hold before it ends.
+	const ttl = 2 * time.Second
 	h := mustTake(t, a, "batch", lock.Options{TTL: ttl})
 	e, err := a.Extend(ctx, h.Token, time.Minute)
 	if err != nil {

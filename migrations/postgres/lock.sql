@@ -18,8 +18,10 @@ CREATE SEQUENCE IF NOT EXISTS sqlinbox_locks_fence
 -- Tables of earlier versions kept a counter row (slot -1) per name and the
 -- rows of released places: the sequence starts above their greatest fence,
 -- and they go.
+-- A sequence never drawn from answers last_value itself next, hence the
+-- second case: an old table whose greatest fence is 1.
 SELECT setval('sqlinbox_locks_fence', m.fence)
-FROM (SELECT max(fence) AS fence FROM sqlinbox_locks) AS m
-WHERE m.fence > (SELECT last_value FROM sqlinbox_locks_fence)
+FROM (SELECT max(fence) AS fence FROM sqlinbox_locks) AS m, sqlinbox_locks_fence AS s
+WHERE m.fence > s.last_value OR (m.fence = s.last_value AND NOT s.is_called)
 -- ;
 DELETE FROM sqlinbox_locks WHERE slot = -1 OR expires_at <= now()

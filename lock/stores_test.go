@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"net/url"
@@ -345,30 +346,36 @@ func (o *observed) Acquire(ctx context.Context, k lock.Key, secret string, ttl t
 	return g, err
 }
 
-// A Postgres table of an earlier version (a fence counter row per name,
-// released rows kept) upgrades in place: its leftovers go, and a name taken
-// again gets a fence above every fence it had.
-func TestPostgresUpgradeKeepsFencesGrowing(t *testing.T) {
+// oldLockTable makes, in a schema of its own, the lock table of an earlier
+// version (a fence counter row per name, released rows kept) holding rows,
+// then opens the store on it, which upgrades it in place.
+func oldLockTable(t *testing.T, rows string) (*sql.DB, lock.Store) {
+	t.Helper()
 	u := postgresSchema(t)
 	db, _, err := dialect.Open(u)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	ctx := ctxT(t)
+	t.Cleanup(func() { db.Close() })
 	for _, q := range []string{
 		`CREATE TABLE sqlinbox_locks (namespace text NOT NULL, name text NOT NULL, slot integer NOT NULL CHECK (slot >= -1),
 			token text NOT NULL DEFAULT '', fence bigint NOT NULL, expires_at timestamptz NOT NULL, PRIMARY KEY (namespace, name, slot))`,
-		`INSERT INTO sqlinbox_locks VALUES ('up', 'order:1', -1, '', 41, 'infinity'), ('up', 'order:1', 0, '', 41, '-infinity'),
-			('up', 'order:2', -1, '', 7, 'infinity'), ('up', 'order:2', 0, 'x', 7, now() + interval '1 hour')`,
+		`INSERT INTO sqlinbox_locks VALUES ` + rows,
 	} {
-		if _, err := db.ExecContext(ctx, q); err != nil {
+		if _, err := db.ExecContext(ctxT(t), q); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s := openSQL(t, u, true)
+	return db, openSQL(t, u, true)
+}
+
+// An old table upgrades in place: its leftovers go, and a name taken again
+// gets a fence above every fence it had.
+func TestPostgresUpgradeKeepsFencesGrowing(t *testing.T) {
+	db, s := oldLockTable(t, `('up', 'order:1', -1, '', 41, 'infinity'), ('up', 'order:1', 0, '', 41, '-infinity'),
+		('up', 'order:2', -1, '', 7, 'infinity'), ('up', 'order:2', 0, 'x', 7, now() + interval '1 hour')`)
 	var rows int
-	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM sqlinbox_locks").Scan(&rows); err != nil || rows != 1 {
+	if err := db.QueryRowContext(ctxT(t), "SELECT COUNT(*) FROM sqlinbox_locks").Scan(&rows); err != nil || rows != 1 {
 		t.Fatalf("after the upgrade %d rows (err %v), want the one live hold", rows, err)
 	}
 	h := mustTake(t, locker(t, s, "up"), "order:1", lock.Options{})
@@ -380,23 +387,7 @@ func TestPostgresUpgradeKeepsFencesGrowing(t *testing.T) {
 // An old table whose greatest fence is 1, still held: the new sequence,
 // never drawn from, must not hand out 1 again.
 func TestPostgresUpgradeFromFenceOne(t *testing.T) {
-	u := postgresSchema(t)
-	db, _, err := dialect.Open(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	ctx := ctxT(t)
-	for _, q := range []string{
-		`CREATE TABLE sqlinbox_locks (namespace text NOT NULL, name text NOT NULL, slot integer NOT NULL CHECK (slot >= -1),
-			token text NOT NULL DEFAULT '', fence bigint NOT NULL, expires_at timestamptz NOT NULL, PRIMARY KEY (namespace, name, slot))`,
-		`INSERT INTO sqlinbox_locks VALUES ('up', 'order:1', 0, 'x', 1, now() + interval '1 hour')`,
-	} {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s := openSQL(t, u, true)
+	_, s := oldLockTable(t, `('up', 'order:1', 0, 'x', 1, now() + interval '1 hour')`)
 	h := mustTake(t, locker(t, s, "up"), "order:2", lock.Options{})
 	if h.Fence <= 1 {
 		t.Fatalf("fence %d after the upgrade, not above the table's 1", h.Fence)

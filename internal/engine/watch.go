@@ -196,11 +196,13 @@ func (w *watch) loseLease(why string, err error) {
 	w.cancel(ErrLeaseLost)
 }
 
-// loseHold tells the handler that the connection holding its row ended.
-func (w *watch) loseHold() {
+// loseHold tells the handler of j that the connection holding its row
+// ended. A call for a job the worker no longer runs (its callback started
+// as the handler returned) does nothing.
+func (w *watch) loseHold(j *claim.Job) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.handled || w.lost {
+	if w.j != j || w.handled || w.lost {
 		return
 	}
 	w.lost = true

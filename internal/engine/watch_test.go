@@ -306,3 +306,32 @@ func TestWatchOnAFakeClockStopsItsTimer(t *testing.T) {
 		t.Fatalf("%d timers pending on the fake clock after the handler returned, want 0", n)
 	}
 }
+
+// A hold-lost callback of a job done, run late, after the worker began its
+// next job, does not cancel that job.
+func TestLateHoldLostOfAnEarlierJobLeavesTheNextAlone(t *testing.T) {
+	w, job, _ := hostWatch(t, 30*time.Second)
+	first, next := job(), job()
+	_, cancel1 := context.WithCancelCause(context.Background())
+	defer cancel1(nil)
+	now := time.Now()
+	w.begin(first, cancel1, now, now)
+	w.finish()
+	ctx2, cancel2 := context.WithCancelCause(context.Background())
+	defer cancel2(nil)
+	w.begin(next, cancel2, now, now)
+	w.loseHold(first) // the first job's callback, started as its handler returned
+	if err := context.Cause(ctx2); err != nil {
+		t.Fatalf("the next job's context ended with %v after the first job's hold-lost callback", err)
+	}
+	if lost := w.finish(); lost {
+		t.Fatal("the next job is reported lost by the first job's hold-lost callback")
+	}
+	w.begin(job(), cancel2, now, now)
+	j := w.j
+	w.loseHold(j)
+	if !errors.Is(context.Cause(ctx2), ErrHoldLost) {
+		t.Fatalf("a job's own hold-lost callback ended its context with %v, want ErrHoldLost", context.Cause(ctx2))
+	}
+	w.finish()
+}

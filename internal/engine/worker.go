@@ -198,7 +198,9 @@ func (e *Engine) work(ctx context.Context, w *watch, j *claim.Job, claimedAt tim
 	// the handler start finds its timer armed.
 	w.begin(j, cancel, now, claimedAt)
 	if holder, ok := j.Settler.(claim.Holder); ok {
-		stop := context.AfterFunc(holder.Hold(), w.loseHold)
+		// stop does not wait for a callback already started: it is tied to
+		// j, so one that runs after the next job began does nothing.
+		stop := context.AfterFunc(holder.Hold(), func() { w.loseHold(j) })
 		defer stop()
 	}
 	err := j.Err // a row that cannot be read is a failure, without the handler

@@ -18,7 +18,8 @@ import (
 // Every pooled connection of a service is terminated while rows arrive:
 // claims that fail on a dead connection are sent again at once on a fresh
 // one, and settlements likewise, so handling resumes within 1.5 s (the
-// figure is logged), no settlement fails, and every row is acked once.
+// figure is logged; the test fails only past 10 s, for a loaded machine),
+// no settlement fails, and every row is acked once.
 func TestEveryConnectionTerminated(t *testing.T) {
 	for _, f := range []claim.Form{lease.Form, rowlock.Form, advisory.Form} {
 		t.Run(f.Name(), func(t *testing.T) {
@@ -92,9 +93,11 @@ func TestEveryConnectionTerminated(t *testing.T) {
 				}
 			}
 			mu.Unlock()
-			t.Logf("%s: %d sessions terminated; handling of new rows resumed %v after", f.Name(), n, resumed.Round(time.Millisecond))
-			if resumed > 1500*time.Millisecond {
-				t.Errorf("handling resumed %v after every connection was terminated; want within 1.5s", resumed)
+			// The target is 1.5s (measured 10-98 ms); the test fails only
+			// far past it, so a loaded CI machine does not make it flaky.
+			t.Logf("%s: %d sessions terminated; handling of new rows resumed %v after (target: within 1.5s)", f.Name(), n, resumed.Round(time.Millisecond))
+			if resumed > 10*time.Second {
+				t.Errorf("handling resumed %v after every connection was terminated; want within 1.5s (fails past 10s)", resumed)
 			}
 			close(stop)
 			<-stopped

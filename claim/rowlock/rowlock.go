@@ -165,7 +165,11 @@ func (c *claimer) lockCounted(ctx context.Context, tx *sql.Tx, j *claim.Job) (*c
 	if err != nil {
 		return nil, fmt.Errorf("claim from %q (rowlock): lock row %d: %w", e.Table.Unquoted, j.ID, err)
 	}
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return nil, fmt.Errorf("claim from %q (rowlock): lock row %d: count of rows locked: %w", e.Table.Unquoted, j.ID, err)
+	}
+	if n != 1 {
 		return nil, nil
 	}
 	return j, nil

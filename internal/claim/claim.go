@@ -40,9 +40,11 @@ type Claimer interface {
 // loop never asks which form it drives.
 type Traits struct {
 	// RowsPerClaim is the most rows one claim takes; zero means one for
-	// every free worker asked for. A form that takes one row a claim gets
-	// a claim in flight for each free worker (within the connections); one
-	// that takes many gets one claim in flight, which gathers free workers.
+	// every free worker asked for. On Postgres a form with a bound (any
+	// RowsPerClaim but zero, not only one) gets up to a claim in flight
+	// for each free worker, within the connections (Conns); a form of
+	// zero gets one claim in flight, which gathers free workers. On SQLite
+	// every form gets one claim in flight.
 	RowsPerClaim int
 	// HoldExpires says the hold is a lease written in the row: it runs out
 	// unless Extend moves it, and the loop extends it while the handler

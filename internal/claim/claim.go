@@ -41,10 +41,11 @@ type Claimer interface {
 type Traits struct {
 	// RowsPerClaim is the most rows one claim takes; zero means one for
 	// every free worker asked for. On Postgres a form with a bound (any
-	// RowsPerClaim but zero, not only one) gets up to a claim in flight
-	// for each free worker, within the connections (Conns); a form of
-	// zero gets one claim in flight, which gathers free workers. On SQLite
-	// every form gets one claim in flight.
+	// RowsPerClaim but zero, not only one) gets claims in flight side by
+	// side, each for up to RowsPerClaim free workers, as many as the
+	// connections allow (Conns, less those Held); a form of zero gets one
+	// claim in flight, which gathers free workers. On SQLite every form
+	// gets one claim in flight.
 	RowsPerClaim int
 	// HoldExpires says the hold is a lease written in the row: it runs out
 	// unless Extend moves it, and the loop extends it while the handler

@@ -39,6 +39,7 @@ type Broker struct {
 	budget  *claim.Budget
 	stmts   *dialect.Stmts
 	writer  *dialect.Writer
+	trace   func(context.Context) string // WithTraceContext's; nil for none
 
 	listener     *notify.Listener
 	stopListener context.CancelFunc
@@ -60,6 +61,7 @@ type brokerConfig struct {
 	hub      *notify.Hub
 	notify   bool
 	maxConns int
+	trace    func(context.Context) string
 }
 
 // PollInterval sets how long a subscription waits after a short claim before
@@ -131,6 +133,22 @@ func MaxConns(n int) Option {
 			return fmt.Errorf("inbox: MaxConns must be at least 2 (one for claims, one for settlements and publishes), got %d", n)
 		}
 		c.maxConns = n
+		return nil
+	}
+}
+
+// WithTraceContext makes every publish through the broker (Publish,
+// PublishTx, PublishMany, PublishManyTx) write f(ctx), its context's trace
+// context as a W3C traceparent, into the column its struct tags
+// inbox:"trace", where the row's field leaves it empty; "" writes NULL.
+// inboxotel.Traceparent is such an f. The trace column reaches
+// Hooks.Started, whose inboxotel span links to the producer's.
+func WithTraceContext(f func(ctx context.Context) string) Option {
+	return func(c *brokerConfig) error {
+		if f == nil {
+			return fmt.Errorf("inbox: WithTraceContext(nil)")
+		}
+		c.trace = f
 		return nil
 	}
 }
@@ -247,7 +265,7 @@ func apply(cfg *brokerConfig, opts []Option) error {
 }
 
 func newBroker(db *sql.DB, d *dialect.Dialect, cfg brokerConfig) (*Broker, error) {
-	b := &Broker{db: db, d: d, poll: cfg.poll, clock: cfg.clock, log: cfg.log, hub: cfg.hub,
+	b := &Broker{db: db, d: d, poll: cfg.poll, clock: cfg.clock, log: cfg.log, hub: cfg.hub, trace: cfg.trace,
 		maxConn: db.Stats().MaxOpenConnections, inserts: map[string]insert{}, encodings: map[string]dialect.Times{}}
 	if cfg.notify {
 		if d.Kind != dialect.Postgres {

@@ -50,6 +50,7 @@ var roleTypes = map[Role]struct {
 	RoleCreatedAt:   {[]string{"timestamp with time zone", "timestamp without time zone"}, "timestamptz NOT NULL DEFAULT now()", "DATETIME"},
 	RoleKey:         {[]string{"text", "character varying"}, "text", "TEXT"},
 	RolePriority:    {[]string{"smallint", "integer"}, "smallint NOT NULL DEFAULT 0", "INTEGER NOT NULL DEFAULT 0"},
+	RoleTrace:       {[]string{"text", "character varying"}, "text", "TEXT"},
 }
 
 // checkTable reads table's catalog and returns what the claim forms need, or
@@ -87,9 +88,8 @@ func checkTable(ctx context.Context, b *Broker, table string, s *shape, grouped 
 			return claim.Table{}, fixErr(ctx, b, table, cols, f,
 				fmt.Sprintf("is declared %s; SQLite times are kept as DATETIME text (UTC 'YYYY-MM-DD HH:MM:SS.SSS') or INTEGER Unix milliseconds", c.Type), true)
 		}
-		if (f.role == RoleID || f.role == RoleAttempts) && d.Kind == dialect.SQLite && !strings.Contains(c.Type, "int") {
-			return claim.Table{}, fixErr(ctx, b, table, cols, f,
-				fmt.Sprintf("is declared %s; the role %s needs an INTEGER column", c.Type, f.role), true)
+		if p := liteTypeProblem(f.role, c.Type); p != "" && d.Kind == dialect.SQLite {
+			return claim.Table{}, fixErr(ctx, b, table, cols, f, p, true)
 		}
 		if f.role == RoleLockedUntil {
 			tm = dialect.Times{Kind: d.Kind, Encoding: dialect.EncodingFor(d.Kind, c.Type), InDatabase: clock.InDatabase(b.clock)}
@@ -149,6 +149,18 @@ func checkTable(ctx context.Context, b *Broker, table string, s *shape, grouped 
 	b.encodings[table] = tm
 	b.mu.Unlock()
 	return t, nil
+}
+
+// liteTypeProblem says what is wrong with a SQLite column declared t for
+// role r, "" when nothing is.
+func liteTypeProblem(r Role, t string) string {
+	switch {
+	case (r == RoleID || r == RoleAttempts) && !strings.Contains(t, "int"):
+		return fmt.Sprintf("is declared %s; the role %s needs an INTEGER column", t, r)
+	case r == RoleTrace && (strings.Contains(t, "int") || !(strings.Contains(t, "char") || strings.Contains(t, "clob") || strings.Contains(t, "text"))):
+		return fmt.Sprintf("is declared %s; the role %s needs a TEXT column", t, r)
+	}
+	return ""
 }
 
 func typeIn(t string, accepted []string) bool {

@@ -22,10 +22,21 @@ type Hooks struct {
 	Claimed func(sub *Subscription, c ClaimEvent)
 	// Started is called as each handler starts, on its worker, with the
 	// handler's context; the context it returns is the handler's (one that
-	// carries a span, say). attempt is the row's attempts as its claim left
-	// it (at least 1; 1 without an attempts column). A row whose handler
-	// does not run (one that cannot be read) is reported to Handled only.
-	Started func(sub *Subscription, ctx context.Context, id int64, attempt int) context.Context
+	// carries a span, say). A row whose handler does not run (one that
+	// cannot be read) is reported to Handled only.
+	Started func(sub *Subscription, ctx context.Context, s StartEvent) context.Context
+}
+
+// StartEvent is one handler's start.
+type StartEvent struct {
+	ID int64
+	// Attempt is the row's attempts as its claim left it (at least 1; 1
+	// without an attempts column).
+	Attempt int
+	// Traceparent is the row's trace column (RoleTrace): the producer's
+	// W3C traceparent, as Publish with WithTraceContext or a plain-SQL
+	// producer wrote it; "" without one.
+	Traceparent string
 }
 
 // ClaimEvent is one claim statement.
@@ -65,7 +76,7 @@ func (s *Service) installHooks() {
 			}
 		}
 		sub.claimer = hookedClaimer{Claimer: sub.claimer, sub: sub, hooks: hooks}
-		var starts []func(*Subscription, context.Context, int64, int) context.Context
+		var starts []func(*Subscription, context.Context, StartEvent) context.Context
 		for _, h := range hooks {
 			if h.Started != nil {
 				starts = append(starts, h.Started)
@@ -74,9 +85,9 @@ func (s *Service) installHooks() {
 		if len(starts) > 0 {
 			handle := sub.handle
 			sub.handle = func(ctx context.Context, value any) error {
-				id, attempt := sub.idAttempt(value)
+				ev := sub.startEvent(value)
 				for _, f := range starts {
-					ctx = f(sub, ctx, id, attempt)
+					ctx = f(sub, ctx, ev)
 				}
 				return handle(ctx, value)
 			}
@@ -84,16 +95,18 @@ func (s *Service) installHooks() {
 	}
 }
 
-// idAttempt reads the id and attempts of a claimed value (a pointer to the
-// queue's struct).
-func (s *Subscription) idAttempt(value any) (id int64, attempt int) {
+// startEvent reads the id, attempts and trace of a claimed value (a
+// pointer to the queue's struct).
+func (s *Subscription) startEvent(value any) StartEvent {
 	v := reflect.ValueOf(value).Elem()
-	id = intField(v.FieldByIndex(s.shape.byRole[RoleID].index))
-	attempt = 1
+	ev := StartEvent{ID: intField(v.FieldByIndex(s.shape.byRole[RoleID].index)), Attempt: 1}
 	if f := s.shape.byRole[RoleAttempts]; f != nil {
-		attempt = max(int(intField(v.FieldByIndex(f.index))), 1)
+		ev.Attempt = max(int(intField(v.FieldByIndex(f.index))), 1)
 	}
-	return id, attempt
+	if f := s.shape.byRole[RoleTrace]; f != nil {
+		_, ev.Traceparent = keyArg(v.FieldByIndex(f.index))
+	}
+	return ev
 }
 
 func intField(v reflect.Value) int64 {

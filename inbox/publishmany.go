@@ -139,6 +139,9 @@ type batchPlan struct {
 	batch  dialect.Batch
 	fields []field // the fields written from each row, in Batch.Columns order
 	times  dialect.Times
+	// traceparent is one publish's trace context (set per call, not
+	// cached): the trace column's value where a row's field is empty.
+	traceparent string
 }
 
 func publishMany[T any](ctx context.Context, b *Broker, catalog dialect.Querier, q Queue[T], rows []T, opts []PublishOption, stamped bool, query queryFunc) ([]int64, error) {
@@ -172,8 +175,9 @@ func publishMany[T any](ctx context.Context, b *Broker, catalog dialect.Querier,
 		fixed = append(fixed, q.group)
 	}
 	var ids []returned
+	plan.traceparent = b.traceparent(ctx, q.shape)
 	if b.d.Kind == dialect.Postgres {
-		args := append(fixed, columnArrays(plan.fields, rows)...)
+		args := append(fixed, columnArrays(plan, rows)...)
 		ids, err = readIDs(query, b.d.PublishMany(plan.batch, plan.times, len(rows)), args, len(rows), plan.batch.Key != "")
 	} else {
 		ids, err = publishChunks(b.d, plan, rows, fixed, query)
@@ -222,7 +226,7 @@ func publishChunks[T any](d *dialect.Dialect, plan batchPlan, rows []T, fixed []
 				full = text
 			}
 		}
-		args := append(slices.Clip(fixed), rowValues(plan.fields, chunk)...)
+		args := append(slices.Clip(fixed), rowValues(plan, chunk)...)
 		got, err := readIDs(query, text, args, len(chunk), plan.batch.Key != "")
 		if err != nil {
 			return nil, err
@@ -261,9 +265,17 @@ func readIDs(query queryFunc, text string, args []any, n int, keyed bool) ([]ret
 }
 
 // columnArrays turns rows into one slice per field, of the field's type.
-func columnArrays[T any](fields []field, rows []T) []any {
-	out := make([]any, len(fields))
-	for i, f := range fields {
+func columnArrays[T any](plan batchPlan, rows []T) []any {
+	out := make([]any, len(plan.fields))
+	for i, f := range plan.fields {
+		if f.role == RoleTrace {
+			traces := make([]*string, len(rows))
+			for r := range rows {
+				traces[r] = traceArg(reflect.ValueOf(&rows[r]).Elem().FieldByIndex(f.index), plan.traceparent)
+			}
+			out[i] = traces
+			continue
+		}
 		if f.role == RoleKey {
 			keys := make([]*string, len(rows))
 			for r := range rows {
@@ -284,11 +296,15 @@ func columnArrays[T any](fields []field, rows []T) []any {
 }
 
 // rowValues lays rows' fields out row after row.
-func rowValues[T any](fields []field, rows []T) []any {
-	out := make([]any, 0, len(fields)*len(rows))
+func rowValues[T any](plan batchPlan, rows []T) []any {
+	out := make([]any, 0, len(plan.fields)*len(rows))
 	for r := range rows {
 		v := reflect.ValueOf(&rows[r]).Elem()
-		for _, f := range fields {
+		for _, f := range plan.fields {
+			if f.role == RoleTrace {
+				out = append(out, traceArg(v.FieldByIndex(f.index), plan.traceparent))
+				continue
+			}
 			if f.role == RoleKey {
 				k, _ := keyArg(v.FieldByIndex(f.index))
 				out = append(out, k)

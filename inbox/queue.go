@@ -194,7 +194,12 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 	query, fields := b.insertSQL(q.table, q.shape, tm)
 	v := reflect.ValueOf(row)
 	args := make([]any, 0, len(fields)+3)
+	traceparent := b.traceparent(ctx, q.shape)
 	for _, f := range fields {
+		if f.role == RoleTrace {
+			args = append(args, traceArg(v.FieldByIndex(f.index), traceparent))
+			continue
+		}
 		if f.role == RoleGroup && q.group != "" {
 			args = append(args, q.group)
 			continue
@@ -228,6 +233,27 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 		return 0, fmt.Errorf("inbox: publish to %q: %w", q.table, err)
 	}
 	return id, nil
+}
+
+// traceparent is the trace context of a publish's ctx, "" when the broker
+// has no WithTraceContext or the struct tags no trace column.
+func (b *Broker) traceparent(ctx context.Context, s *shape) string {
+	if b.trace == nil || s.byRole[RoleTrace] == nil {
+		return ""
+	}
+	return b.trace(ctx)
+}
+
+// traceArg is the trace column's parameter: the row's own value when it
+// has one, else the publish's traceparent, else NULL.
+func traceArg(v reflect.Value, traceparent string) *string {
+	if _, text := keyArg(v); text != "" {
+		return &text
+	}
+	if traceparent != "" {
+		return &traceparent
+	}
+	return nil
 }
 
 // times is how table keeps locked_until, read from the catalog once.

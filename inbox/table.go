@@ -31,9 +31,13 @@ const (
 	// RolePriority is a smallint: claims take lower values first, then
 	// lower ids.
 	RolePriority Role = "priority"
+	// RoleTrace is a text column for the producer's trace context, a W3C
+	// traceparent: Publish fills an empty one from its context when the
+	// broker has WithTraceContext, and Hooks.Started receives it.
+	RoleTrace Role = "trace"
 )
 
-var knownRoles = map[Role]bool{RoleID: true, RoleLockedUntil: true, RolePayload: true, RoleGroup: true, RoleAttempts: true, RoleLastError: true, RoleCreatedAt: true, RoleKey: true, RolePriority: true}
+var knownRoles = map[Role]bool{RoleID: true, RoleLockedUntil: true, RolePayload: true, RoleGroup: true, RoleAttempts: true, RoleLastError: true, RoleCreatedAt: true, RoleKey: true, RolePriority: true, RoleTrace: true}
 
 // field is one tagged field of the user's struct.
 type field struct {
@@ -83,7 +87,7 @@ func shapeOf(t reflect.Type) (*shape, error) {
 			parts := strings.Split(tag, ",")
 			f.role = Role(strings.TrimSpace(parts[0]))
 			if !knownRoles[f.role] {
-				return nil, fmt.Errorf("inbox: %v.%s: unknown role %q in inbox tag; roles are id, locked_until, payload, group, attempts, last_error, created_at, key, priority", t, fi.Field.Name, parts[0])
+				return nil, fmt.Errorf("inbox: %v.%s: unknown role %q in inbox tag; roles are id, locked_until, payload, group, attempts, last_error, created_at, key, priority, trace", t, fi.Field.Name, parts[0])
 			}
 			for _, opt := range parts[1:] {
 				switch strings.TrimSpace(opt) {
@@ -123,6 +127,9 @@ func shapeOf(t reflect.Type) (*shape, error) {
 	}
 	if s.byRole[RoleLockedUntil].typ != reflect.TypeFor[time.Time]() && s.byRole[RoleLockedUntil].typ != reflect.TypeFor[*time.Time]() && s.byRole[RoleLockedUntil].typ != reflect.TypeFor[sql.NullTime]() {
 		return nil, fmt.Errorf("inbox: %v: the locked_until field must be time.Time, *time.Time or sql.NullTime, got %v", t, s.byRole[RoleLockedUntil].typ)
+	}
+	if f := s.byRole[RoleTrace]; f != nil && f.typ != reflect.TypeFor[*string]() && f.typ != reflect.TypeFor[sql.NullString]() && f.typ.Kind() != reflect.String {
+		return nil, fmt.Errorf("inbox: %v: the trace field must be a string, *string or sql.NullString, got %v", t, f.typ)
 	}
 	return s, nil
 }

@@ -25,7 +25,9 @@
 // Spans: one per handling, "inbox.handle <queue>", from the handler's start
 // to its settlement, with attributes inbox.queue, inbox.id, inbox.attempt and
 // inbox.outcome, and an error status when the handler failed. The handler's
-// context carries it, so the handler's own spans are its children.
+// context carries it, so the handler's own spans are its children. A queue
+// whose struct tags a trace column (inbox:"trace") links each span to the
+// producer's span whose W3C traceparent the row carries: see Traceparent.
 package inboxotel
 
 import (
@@ -39,6 +41,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sqlinbox/sqlinbox/inbox"
@@ -126,13 +129,42 @@ type spanKey struct {
 	attempt int
 }
 
-// started opens a handling's span in the handler's context; handled ends it.
-func (in *instruments) started(s *inbox.Subscription, ctx context.Context, id int64, attempt int) context.Context {
+// started opens a handling's span in the handler's context, linked to the
+// producer's span when the row carries its traceparent; handled ends it.
+func (in *instruments) started(s *inbox.Subscription, ctx context.Context, ev inbox.StartEvent) context.Context {
 	queue := queueName(s)
-	ctx, span := in.tracer.Start(ctx, "inbox.handle "+queue, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attribute.String("inbox.queue", queue), attribute.Int64("inbox.id", id), attribute.Int("inbox.attempt", attempt)))
-	in.spans.Store(spanKey{s, id, attempt}, span)
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("inbox.queue", queue), attribute.Int64("inbox.id", ev.ID), attribute.Int("inbox.attempt", ev.Attempt))}
+	if producer := producerSpan(ev.Traceparent); producer.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: producer}))
+	}
+	ctx, span := in.tracer.Start(ctx, "inbox.handle "+queue, opts...)
+	in.spans.Store(spanKey{s, ev.ID, ev.Attempt}, span)
 	return ctx
+}
+
+// Traceparent returns the W3C traceparent of ctx's span, "" when ctx
+// carries none. Give it to the broker of producers, and publishes write it
+// into the column a queue's struct tags inbox:"trace":
+//
+//	b, err := inbox.Open(url, inbox.WithTraceContext(inboxotel.Traceparent))
+//
+// Each handling's span then links to the span the row was published in.
+// A plain-SQL producer writes the same string (version-traceid-spanid-flags).
+func Traceparent(ctx context.Context) string {
+	c := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, c)
+	return c.Get("traceparent")
+}
+
+// producerSpan parses a traceparent; an empty or malformed one gives an
+// invalid span context.
+func producerSpan(traceparent string) trace.SpanContext {
+	if traceparent == "" {
+		return trace.SpanContext{}
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})
+	return trace.SpanContextFromContext(ctx)
 }
 
 type attrKey struct {

@@ -25,6 +25,10 @@ type Hooks struct {
 	// carries a span, say). A row whose handler does not run (one that
 	// cannot be read) is reported to Handled only.
 	Started func(sub *Subscription, ctx context.Context, s StartEvent) context.Context
+	// Stopped is called once as the service's Run returns, whether it ran
+	// or failed at start (to release what the hooks' owner holds, such as
+	// a metrics callback).
+	Stopped func()
 }
 
 // StartEvent is one handler's start.
@@ -55,6 +59,15 @@ type ClaimEvent struct {
 // AddHooks adds hooks that every subscription of the service calls from
 // Run on. Call it before Run.
 func (s *Service) AddHooks(h Hooks) { s.callHooks = append(s.callHooks, h) }
+
+// stopped calls the hooks' Stopped functions; Run defers it.
+func (s *Service) stopped() {
+	for _, h := range s.callHooks {
+		if h.Stopped != nil {
+			h.Stopped()
+		}
+	}
+}
 
 // installHooks wraps each subscription's observer and claimer in the
 // service's hooks; Run calls it once the tables are checked.

@@ -75,8 +75,10 @@ func (s *Service) Started() <-chan struct{} { return s.started }
 // starting up, shutting down) is waited for with backoff (logged once); a
 // connection refused for good (unknown database, role or host, failed
 // authentication) stops Run with a *ConnectionError, as does any other
-// failure of a hook or a table check, before anything is claimed.
+// failure of a hook or a table check, before anything is claimed. When Run
+// returns, it has called the Stopped function of every Hooks.
 func (s *Service) Run(ctx context.Context) error {
+	defer s.stopped()
 	if s.Signals {
 		var stop context.CancelFunc
 		ctx, stop = signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)

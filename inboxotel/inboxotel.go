@@ -80,7 +80,9 @@ func (c Config) tracerProvider() trace.TracerProvider {
 }
 
 // Instrument adds metrics and spans to every subscription of svc. Call it
-// after the subscriptions are added and before Run.
+// after the subscriptions are added and before Run. The observable gauges
+// (workers, and rows by state, which query each table) are unregistered
+// when svc's Run returns: once it has, collections read nothing of svc.
 func Instrument(svc *inbox.Service, cfg Config) error {
 	m := cfg.meterProvider().Meter(Scope)
 	in := &instruments{tracer: cfg.tracerProvider().Tracer(Scope), busy: map[*inbox.Subscription]*atomic.Int64{}}
@@ -105,10 +107,18 @@ func Instrument(svc *inbox.Service, cfg Config) error {
 	for _, s := range subs {
 		in.busy[s] = &atomic.Int64{}
 	}
-	if err := in.gauges(m, svc, subs, cfg); err != nil {
+	reg, err := in.gauges(m, svc, subs, cfg)
+	if err != nil {
 		return fmt.Errorf("inboxotel: %w", err)
 	}
-	svc.AddHooks(inbox.Hooks{Handled: in.handled, Claimed: in.claimed, Started: in.started})
+	// The gauges' callback reads the tables at each collection: it ends
+	// with the service.
+	stopped := func() {
+		if err := reg.Unregister(); err != nil {
+			otel.Handle(fmt.Errorf("inboxotel: service %q: unregistering the gauges: %w", svc.Name, err))
+		}
+	}
+	svc.AddHooks(inbox.Hooks{Handled: in.handled, Claimed: in.claimed, Started: in.started, Stopped: stopped})
 	return nil
 }
 
@@ -245,21 +255,21 @@ func (in *instruments) claimed(s *inbox.Subscription, c inbox.ClaimEvent) {
 
 // gauges registers the observable gauges: workers busy and total, and rows
 // by state per queue.
-func (in *instruments) gauges(m metric.Meter, svc *inbox.Service, subs []*inbox.Subscription, cfg Config) error {
+func (in *instruments) gauges(m metric.Meter, svc *inbox.Service, subs []*inbox.Subscription, cfg Config) (metric.Registration, error) {
 	busy, err := m.Int64ObservableGauge("inbox.workers.busy", metric.WithDescription("Rows claimed and not yet settled, by queue."))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	total, err := m.Int64ObservableGauge("inbox.workers.total", metric.WithDescription("Workers, by queue."))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	insts := []metric.Observable{busy, total}
 	var rows metric.Int64ObservableGauge
 	if !cfg.NoRowGauge {
 		rows, err = m.Int64ObservableGauge("inbox.rows", metric.WithDescription("Rows by queue and state (available, held, delayed, parked), of the first CountLimit rows in id order."))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		insts = append(insts, rows)
 	}
@@ -267,7 +277,7 @@ func (in *instruments) gauges(m metric.Meter, svc *inbox.Service, subs []*inbox.
 	if cfg.CountLimit > 0 {
 		op.CountLimit = cfg.CountLimit
 	}
-	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+	return m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		workers, busyBy := map[string]int64{}, map[string]int64{}
 		refs := map[string]inbox.QueueRef{}
 		for _, s := range subs {
@@ -295,5 +305,4 @@ func (in *instruments) gauges(m metric.Meter, svc *inbox.Service, subs []*inbox.
 		}
 		return errors.Join(errs...)
 	}, insts...)
-	return err
 }

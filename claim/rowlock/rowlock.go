@@ -132,28 +132,7 @@ func (c *claimer) takeCounted(ctx context.Context, conn *sql.Conn) (*claim.Job, 
 	e := &c.env
 	now := e.Clock.Now()
 	rows, err := conn.QueryContext(ctx, e.SQL.ClaimHold, e.Table.Times.Arg(now, holdGap), e.Table.Times.Arg(now, 0), nil, e.Group, c.mark.Start(now, e.Rescan))
-	if err != nil {
-		return nil, fmt.Errorf("claim from %q (rowlock): %w", e.Table.Unquoted, err)
-	}
-	defer rows.Close()
-	var j *claim.Job
-	if rows.Next() {
-		if j, err = claim.ScanJob(e.Table, rows.Scan); err != nil {
-			return nil, err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("claim from %q (rowlock): %w", e.Table.Unquoted, err)
-	}
-	if err := rows.Close(); err != nil {
-		return nil, fmt.Errorf("claim from %q (rowlock): %w", e.Table.Unquoted, err)
-	}
-	if j == nil {
-		c.mark.Took(false, nil)
-		return nil, nil
-	}
-	c.mark.Took(true, []*claim.Job{j})
-	return j, nil
+	return c.first(rows, err)
 }
 
 // lockCounted locks the row takeCounted took, by the lease it wrote: a row
@@ -180,6 +159,13 @@ func (c *claimer) take(ctx context.Context, tx *sql.Tx) (*claim.Job, error) {
 	e := &c.env
 	now := e.Clock.Now()
 	rows, err := tx.QueryContext(ctx, c.query, e.Table.Times.Arg(now, 0), e.Group, c.mark.Start(now, e.Rescan))
+	return c.first(rows, err)
+}
+
+// first reads the one row a claim statement returned, or nil, and moves
+// the mark by what it took.
+func (c *claimer) first(rows *sql.Rows, err error) (*claim.Job, error) {
+	e := &c.env
 	if err != nil {
 		return nil, fmt.Errorf("claim from %q (rowlock): %w", e.Table.Unquoted, err)
 	}
@@ -198,9 +184,9 @@ func (c *claimer) take(ctx context.Context, tx *sql.Tx) (*claim.Job, error) {
 	}
 	if j == nil {
 		c.mark.Took(false, nil)
-	} else {
-		c.mark.Took(true, []*claim.Job{j})
+		return nil, nil
 	}
+	c.mark.Took(true, []*claim.Job{j})
 	return j, nil
 }
 

@@ -192,11 +192,12 @@ func (h *Handler) action(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	table, group := r.PostFormValue("table"), r.PostFormValue("group")
-	if _, ok, err := h.find(ctx, table, group); err != nil || !ok {
+	q, ok, err := h.find(ctx, table, group)
+	if err != nil || !ok {
 		http.Error(w, fmt.Sprintf("dashboard: no registered queue %q", queueName(table, group)), http.StatusNotFound)
 		return
 	}
-	msg, err := h.do(ctx, r, table, group)
+	msg, err := h.do(ctx, r, q.QueueRef)
 	if err != nil {
 		msg = err.Error()
 		h.cfg.Logger.Warn("dashboard: action failed", "op", r.PostFormValue("op"), "table", table, "group", group, "err", err)
@@ -209,8 +210,8 @@ func (h *Handler) action(w http.ResponseWriter, r *http.Request) {
 }
 
 // do carries out the action the form names and says what it did.
-func (h *Handler) do(ctx context.Context, r *http.Request, table, group string) (string, error) {
-	op := r.PostFormValue("op")
+func (h *Handler) do(ctx context.Context, r *http.Request, ref inbox.QueueRef) (string, error) {
+	op, table, group := r.PostFormValue("op"), ref.Table, ref.Group
 	switch op {
 	case "pause":
 		return "paused " + queueName(table, group), h.op.Pause(ctx, table, group)
@@ -232,10 +233,6 @@ func (h *Handler) do(ctx context.Context, r *http.Request, table, group string) 
 	}
 	if !sel.All && len(sel.IDs) == 0 {
 		return "", errors.New("no row selected: tick the rows first")
-	}
-	ref, _, err := h.op.Ref(ctx, table, group)
-	if err != nil {
-		return "", err
 	}
 	n, err := change(ctx, ref, sel)
 	return fmt.Sprintf("%s: %d rows changed", op, n), err

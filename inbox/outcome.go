@@ -84,15 +84,16 @@ var ErrTimeout = engine.ErrTimeout
 // Outcome is how a handling ended.
 type Outcome string
 
-// The outcomes an Event reports.
+// The outcomes an Event reports: the engine's values, so the two cannot
+// drift apart.
 const (
-	Acked    Outcome = "acked"    // handled; the row is deleted
-	Retried  Outcome = "retried"  // failed; the row comes back after a backoff
-	Parked   Outcome = "parked"   // failed its last attempt, or its handler asked; the row is set aside
-	Snoozed  Outcome = "snoozed"  // its handler asked to come back later; no attempt used
-	Lost     Outcome = "lost"     // the lease or hold was lost; the outcome changed nothing
-	Released Outcome = "released" // claimed at shutdown and given back unstarted
-	Failed   Outcome = "failed"   // the settlement itself failed (Err says why); the row comes back after its lease
+	Acked    = Outcome(engine.Acked)    // handled; the row is deleted
+	Retried  = Outcome(engine.Retried)  // failed; the row comes back after a backoff
+	Parked   = Outcome(engine.Parked)   // failed its last attempt, or its handler asked; the row is set aside
+	Snoozed  = Outcome(engine.Snoozed)  // its handler asked to come back later; no attempt used
+	Lost     = Outcome(engine.Lost)     // the lease or hold was lost; the outcome changed nothing
+	Released = Outcome(engine.Released) // claimed at shutdown and given back unstarted
+	Failed   = Outcome(engine.Failed)   // the settlement itself failed (Err says why); the row comes back after its lease
 )
 
 // Event is one handling of one row, reported to Observe.

@@ -91,6 +91,9 @@ func checkTable(ctx context.Context, b *Broker, table string, s *shape, grouped 
 		if p := liteTypeProblem(f.role, c.Type); p != "" && d.Kind == dialect.SQLite {
 			return claim.Table{}, fixErr(ctx, b, table, cols, f, p, true)
 		}
+		if f.role == RolePriority && !c.NotNull {
+			return claim.Table{}, nullablePriority(ctx, b, table, cols, f.column)
+		}
 		if f.role == RoleLockedUntil {
 			tm = dialect.Times{Kind: d.Kind, Encoding: dialect.EncodingFor(d.Kind, c.Type), InDatabase: clock.InDatabase(b.clock)}
 		}

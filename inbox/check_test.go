@@ -152,11 +152,11 @@ func TestBadInputRefusedAtConstruction(t *testing.T) {
 
 // checkOnce runs q's table check as a service would: nil once the service
 // has started, else the check's error.
-func checkOnce(t *testing.T, b *inbox.Broker, q inbox.Queue[Job]) error {
+func checkOnce[T any](t *testing.T, b *inbox.Broker, q inbox.Queue[T]) error {
 	t.Helper()
 	svc := inbox.NewService("check", "test", b)
 	svc.Signals = false
-	if _, err := inbox.Handle(svc, q, func(context.Context, Job) error { return errors.New("not now") }, inbox.Workers(1)); err != nil {
+	if _, err := inbox.Handle(svc, q, func(context.Context, T) error { return errors.New("not now") }, inbox.Workers(1)); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -108,6 +108,22 @@ func checkKeyAndPriority(ctx context.Context, b *Broker, table string, s *shape,
 	return nil
 }
 
+// nullablePriority is the TableError of a priority column that may hold
+// NULL: Postgres sorts NULLs last and SQLite first, so such rows would be
+// taken at opposite ends of the order, and a claim's walk could not resume
+// past them.
+func nullablePriority(ctx context.Context, b *Broker, table string, cols []dialect.Column, col string) error {
+	te := &TableError{Table: table, Column: col,
+		Problem: "may hold NULL, which Postgres sorts after every priority and SQLite before: declare it NOT NULL (its NULLs become 0)"}
+	fix, err := b.d.NotNullFix(ctx, b.db, table, cols, col, "0")
+	if err != nil {
+		te.Fix = fmt.Sprintf("make %s NOT NULL DEFAULT 0 (%v)", dialect.Quote(col), err)
+	} else {
+		te.Fix = fix
+	}
+	return te
+}
+
 // hasIndex reports whether an index starts with cols, in order.
 func hasIndex(idx []dialect.Index, cols []string) bool {
 	for _, ix := range idx {

@@ -133,3 +133,60 @@ func TestPriorityRefusals(t *testing.T) {
 		}
 	})
 }
+
+// A priority column that may hold NULL is refused (Postgres sorts NULLs
+// last, SQLite first), with a fix that runs as printed: NULLs become 0, and
+// the column's own default stays (0 where it had none).
+func TestNullablePriorityRefused(t *testing.T) {
+	for _, c := range []struct {
+		name, decl string
+		dflt       int
+	}{{"no default", "smallint", 0}, {"default 2", "smallint DEFAULT 2", 2}} {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			eachDB(t, func(t *testing.T, url string) {
+				b := open(t, url)
+				for _, q := range []string{
+					"ALTER TABLE jobs ADD COLUMN priority " + c.decl,
+					"CREATE INDEX jobs_priority_id ON jobs (priority, id)",
+					"INSERT INTO jobs (payload, priority) VALUES ('null', NULL), ('one', 1)",
+				} {
+					if _, err := b.DB().Exec(q); err != nil {
+						t.Fatal(err)
+					}
+				}
+				q := inbox.MustQueue[Urgent]("jobs")
+				err := checkOnce(t, b, q)
+				var te *inbox.TableError
+				if !errors.As(err, &te) || te.Column != "priority" || !strings.Contains(te.Problem, "NOT NULL") {
+					t.Fatalf("check = %v, want a TableError on priority asking for NOT NULL", err)
+				}
+				if _, err := b.DB().Exec(te.Fix); err != nil {
+					t.Fatalf("the fix fails as printed: %v\n%s", err, te.Fix)
+				}
+				if err := checkOnce(t, b, q); err != nil {
+					t.Fatalf("after the fix: %v\n%s", err, te.Fix)
+				}
+				if _, err := b.DB().Exec("INSERT INTO jobs (payload) VALUES ('default')"); err != nil {
+					t.Fatal(err)
+				}
+				got := map[string]int{}
+				rows, err := b.DB().Query("SELECT payload, priority FROM jobs")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer rows.Close()
+				for rows.Next() {
+					var p string
+					var n int
+					if err := rows.Scan(&p, &n); err != nil {
+						t.Fatal(err)
+					}
+					got[p] = n
+				}
+				if want := map[string]int{"null": 0, "one": 1, "default": c.dflt}; fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("priorities after the fix %v, want %v (fix: %s)", got, want, te.Fix)
+				}
+			})
+		})
+	}
+}

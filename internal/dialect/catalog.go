@@ -13,8 +13,9 @@ type Column struct {
 	Name string
 	Type string // the declared type, lower case
 	PK   bool   // part of the primary key
-	// NotNull and Default (its SQL text, "" for none) are read on SQLite
-	// only, for the rebuild a fix prints (see SQLiteRebuild).
+	// NotNull and Default (its SQL text, "" for none) are what the fixes
+	// a table check prints need: the rebuild of a SQLite table (see
+	// SQLiteRebuild) and a priority column made NOT NULL (NotNullFix).
 	NotNull bool
 	Default string
 }
@@ -36,9 +37,10 @@ func (d *Dialect) Columns(ctx context.Context, db Querier, table string) ([]Colu
 	var err error
 	if d.Kind == Postgres {
 		rows, err = db.QueryContext(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod),
-	COALESCE(a.attnum = ANY(i.indkey), false)
+	COALESCE(a.attnum = ANY(i.indkey), false), a.attnotnull, COALESCE(pg_get_expr(ad.adbin, ad.adrelid), '')
 FROM pg_attribute a
 LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
+LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum`, Quote(table))
 	} else {
@@ -52,11 +54,7 @@ ORDER BY a.attnum`, Quote(table))
 	var cols []Column
 	for rows.Next() {
 		var c Column
-		dest := []any{&c.Name, &c.Type, &c.PK}
-		if d.Kind == SQLite {
-			dest = append(dest, &c.NotNull, &c.Default)
-		}
-		if err := rows.Scan(dest...); err != nil {
+		if err := rows.Scan(&c.Name, &c.Type, &c.PK, &c.NotNull, &c.Default); err != nil {
 			return nil, err
 		}
 		c.Type = strings.ToLower(c.Type)

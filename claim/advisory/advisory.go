@@ -119,7 +119,7 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 		}
 		return nil, c.fail("take a connection", err)
 	}
-	p := &pin{c: c, conn: conn, watch: claim.NewConnWatch(conn)}
+	p := newPin(c, conn)
 	// A row finished by another session between this statement's snapshot
 	// and its lock is locked, then found gone by the re-read: the lowest ids,
 	// the ones claims look at first, are exactly those being finished. Such

@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/sqlinbox/sqlinbox/internal/claim"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/internal/groupcommit"
 )
 
 // settleTimeout bounds the statements of one turn on a pinned connection.
@@ -25,31 +25,35 @@ import (
 const settleTimeout = 30 * time.Second
 
 // pin is one claim's connection, shared by its jobs until the last is
-// settled. Settlements queue on it: the one that finds the connection free
-// runs the queue until it is empty, and every ack queued when a turn
-// starts goes in that turn, so jobs of one claim finishing together pay
+// settled. Settlements group-commit on it (see groupcommit): one flush
+// runs every settlement queued while the previous one ran, and the acks
+// among them share one delete, so jobs of one claim finishing together pay
 // one commit, not one each.
 type pin struct {
-	c     *claimer
-	conn  *sql.Conn
-	watch *claim.ConnWatch // read while no turn runs
+	c      *claimer
+	conn   *sql.Conn
+	watch  *claim.ConnWatch // read while no flush runs
+	commit *groupcommit.Committer[settlement]
 
-	mu      sync.Mutex
-	refs    int           // jobs not yet settled
-	dirty   bool          // a lock may be left on the session: it must end
-	running bool          // a settlement is running statements on conn
-	queue   []*settlement // waiting for the connection
+	mu    sync.Mutex
+	refs  int  // jobs not yet settled
+	dirty bool // a lock may be left on the session: it must end
+}
+
+func newPin(c *claimer, conn *sql.Conn) *pin {
+	p := &pin{c: c, conn: conn, watch: claim.NewConnWatch(conn)}
+	// The watch reads the connection again once no settlement is queued;
+	// Rest runs under the committer's lock, so the next flush pauses it.
+	p.commit = groupcommit.New(groupcommit.Config[settlement]{Flush: p.flush, Rest: p.watch.Start})
+	return p
 }
 
 // settlement is one job's settlement, queued on its pin.
 type settlement struct {
 	h     *held
-	what  string // "ack", "retry", "park", "release"
-	ack   bool   // acks of one turn share one delete
+	what  string // "ack", "retry", "park", "snooze", "release"
 	query string // the statement before the unlock; "" for a release
 	args  []any
-	err   error
-	done  chan struct{} // closed when err is set
 }
 
 // close gives the connection back to the pool, or ends it when a lock may
@@ -99,119 +103,82 @@ type held struct {
 // the settlement changed nothing: that is claim.ErrLost.
 func (h *held) settle(ctx context.Context, what, query string, args ...any) error {
 	p := h.p
-	s := &settlement{h: h, what: what, ack: what == "ack", query: query, args: args, done: make(chan struct{})}
 	p.mu.Lock()
 	if h.done {
 		p.mu.Unlock()
 		return fmt.Errorf("%s row %d of %q (advisory): already settled", what, h.id, p.c.env.Table.Unquoted)
 	}
 	h.done = true
-	p.queue = append(p.queue, s)
-	run := !p.running
-	p.running = true
 	p.mu.Unlock()
-	if run {
-		// Let handlers that finished with this one queue their settlements
-		// first, so they share this turn's commit instead of waiting for it
-		// and paying one of their own.
-		runtime.Gosched()
-		p.run(ctx)
+	err := p.commit.Do(ctx, settlement{h: h, what: what, query: query, args: args})
+	if err != nil && err == ctx.Err() {
+		// The settlement still runs in its flush; its caller stops waiting.
+		return fmt.Errorf("%s row %d of %q (advisory): %w", what, h.id, p.c.env.Table.Unquoted, err)
 	}
-	select {
-	case <-s.done:
-		return s.err
-	case <-ctx.Done():
-		// The settlement still runs in its turn; its caller stops waiting.
-		return fmt.Errorf("%s row %d of %q (advisory): %w", what, h.id, p.c.env.Table.Unquoted, ctx.Err())
-	}
+	return err
 }
 
-// run takes one turn on the connection, then hands what queued meanwhile
-// to a goroutine of its own: the caller's settlement went in this turn (a
-// caller that finds the connection free finds the queue empty but for its
-// own), and it does not wait for the others'. The last turn of the pin
-// gives the connection back before its callers learn their outcome, so a
-// caller that returns from the last settlement finds it uncounted.
-func (p *pin) run(ctx context.Context) {
-	p.mu.Lock()
-	turn := p.next()
-	p.mu.Unlock()
+// flush runs the settlements queued on the pin: each but the acks with its
+// unlock, then the acks in one delete and one unlock. The last flush of the
+// pin gives the connection back before its callers learn their outcome, so
+// a caller that returns from the last settlement finds it uncounted.
+func (p *pin) flush(batch []settlement, errs []error) {
 	p.watch.Pause()
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	dirty := p.exec(tctx, turn)
+	// A flush settles every job queued on the pin, not only one caller's,
+	// so no caller's context may cut it short.
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	dirty := false
+	var acks []int // indexes in batch
+	for i := range batch {
+		if batch[i].what == "ack" {
+			acks = append(acks, i)
+			continue
+		}
+		var d bool
+		d, errs[i] = p.exec(ctx, &batch[i])
+		dirty = dirty || d
+	}
+	if len(acks) > 0 {
+		dirty = p.execAcks(ctx, batch, errs, acks) || dirty
+	}
 	cancel()
 	p.mu.Lock()
 	p.dirty = p.dirty || dirty
-	p.refs -= len(turn)
+	p.refs -= len(batch)
 	last := p.refs == 0
 	p.mu.Unlock()
 	if last {
 		p.close()
 	}
-	for _, s := range turn {
-		close(s.done)
-	}
-	p.mu.Lock()
-	more := len(p.queue) > 0
-	p.running = more
-	if !more && !last {
-		// Under p.mu: a settlement that comes next finds the connection
-		// free, and pauses this read before its turn.
-		p.watch.Start()
-	}
-	p.mu.Unlock()
-	if more {
-		go p.run(context.WithoutCancel(ctx))
-	}
 }
 
-// next takes the next turn from the queue: every queued ack, or else the
-// first settlement alone. The caller holds p.mu.
-func (p *pin) next() []*settlement {
-	if len(p.queue) == 0 {
-		return nil
-	}
-	if !p.queue[0].ack {
-		s := p.queue[0]
-		p.queue = p.queue[1:]
-		return []*settlement{s}
-	}
-	var acks, rest []*settlement
-	for _, s := range p.queue {
-		if s.ack {
-			acks = append(acks, s)
-		} else {
-			rest = append(rest, s)
-		}
-	}
-	p.queue = rest
-	return acks
-}
-
-// exec runs one turn and sets each settlement's err. It reports whether the
-// session may still hold a lock of the turn.
-func (p *pin) exec(ctx context.Context, turn []*settlement) (dirty bool) {
+// execAcks deletes the acked rows and unlocks them, setting each ack's
+// error. It reports whether the session may still hold a lock of them.
+func (p *pin) execAcks(ctx context.Context, batch []settlement, errs []error, acks []int) (dirty bool) {
 	e := &p.c.env
-	if turn[0].ack {
-		ids := make([]int64, len(turn))
-		for i, s := range turn {
-			ids[i] = s.h.id
-		}
-		deleted, err, uerr := p.ackMany(ctx, ids)
-		for _, s := range turn {
-			switch {
-			case err != nil:
-				s.err = outcome(e, s, err)
-			case !deleted[s.h.id]:
-				s.err = outcome(e, s, claim.ErrLost) // deleted by someone who ignores the lock
-			case uerr != nil:
-				s.err = outcome(e, s, fmt.Errorf("unlock: %w", uerr))
-			}
-		}
-		return uerr != nil
+	ids := make([]int64, len(acks))
+	for k, i := range acks {
+		ids[k] = batch[i].h.id
 	}
-	s := turn[0]
-	var err error
+	deleted, err, uerr := p.ackMany(ctx, ids)
+	for _, i := range acks {
+		s := &batch[i]
+		switch {
+		case err != nil:
+			errs[i] = outcome(e, s, err)
+		case !deleted[s.h.id]:
+			errs[i] = outcome(e, s, claim.ErrLost) // deleted by someone who ignores the lock
+		case uerr != nil:
+			errs[i] = outcome(e, s, fmt.Errorf("unlock: %w", uerr))
+		}
+	}
+	return uerr != nil
+}
+
+// exec runs one settlement but an ack, and its unlock. It reports whether
+// the session may still hold the row's lock, and the settlement's error.
+func (p *pin) exec(ctx context.Context, s *settlement) (dirty bool, err error) {
+	e := &p.c.env
 	if s.query != "" {
 		var res sql.Result
 		res, err = p.conn.ExecContext(ctx, s.query, s.args...)
@@ -228,9 +195,9 @@ func (p *pin) exec(ctx context.Context, turn []*settlement) (dirty bool) {
 		}
 	}
 	if err != nil {
-		s.err = outcome(e, s, err)
+		return dirty, outcome(e, s, err)
 	}
-	return dirty
+	return dirty, nil
 }
 
 // outcome words a failed settlement for its caller.
@@ -436,7 +403,9 @@ func (h *held) Forget() {
 	h.done = true
 	p.dirty = true
 	p.refs--
-	last := p.refs == 0 && !p.running
+	// Every other job's settlement has run its statements (a flush counts
+	// its jobs settled after them): the connection is idle.
+	last := p.refs == 0
 	p.mu.Unlock()
 	if last {
 		p.close()

@@ -82,9 +82,7 @@ CREATE CONSTRAINT TRIGGER jobs_gate AFTER DELETE ON advisory_jobs DEFERRABLE INI
 	ack(jobs[2])
 	p := jobs[0].Settler.(*held).p
 	waitFor(t, "rows 2 and 3 to queue", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.queue) == 2
+		return p.commit.Queued() == 2
 	})
 	held := func(ids ...int64) {
 		t.Helper()

@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/internal/claim"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/internal/groupcommit"
 )
 
 // maxAckBatch bounds the rows one ack statement deletes.
@@ -31,156 +31,59 @@ const ackIdle = 100 * time.Millisecond
 // ackTimeout bounds one batched ack statement.
 const ackTimeout = 30 * time.Second
 
-// acker group-commits the acks of one claimer: an ack that arrives while a
-// statement is in flight waits for the next, which deletes every ack queued
-// meanwhile in one statement; and while other jobs of the claimer are still
-// in work, the first ack waits up to ackLinger for theirs. A lone ack (no
-// other job in work) is sent at once as the single-row ack; under load a
-// commit (a WAL flush on Postgres, the writer's lock on SQLite) is paid per
-// batch instead of per row. Each row is still fenced on the lease its claim
-// wrote, and each caller learns whether its own row was deleted.
+// acker group-commits the acks of one claimer (see groupcommit): an ack
+// that arrives while a statement is in flight waits for the next, which
+// deletes every ack queued meanwhile in one statement; and while other
+// jobs of the claimer are still in work, the first ack waits up to
+// ackLinger for theirs. A lone ack (no other job in work) is sent at once
+// as the single-row ack; under load a commit (a WAL flush on Postgres, the
+// writer's lock on SQLite) is paid per batch instead of per row. Each row
+// is still fenced on the lease its claim wrote, and each caller learns
+// whether its own row was deleted.
 //
 // SQLite, lease, 100k rows, 1x100: without the linger an ack statement
 // carried 4 rows (24,500 statements), since a local statement is over
 // before the next ack comes.
 type acker struct {
-	c *claimer
-
-	mu      sync.Mutex
-	pending []ackReq
-	first   time.Time // when the oldest pending ack came
-	inWork  int       // jobs claimed, not yet settled nor queued to ack
-	running bool
-	kick    chan struct{}
-	timer   *time.Timer // the linger's and the idle wait's, kept by run
+	c      *claimer
+	commit *groupcommit.Committer[ackReq]
 }
 
-// claimed counts n more jobs in work.
-func (a *acker) claimed(n int) {
-	a.mu.Lock()
-	a.inWork += n
-	a.mu.Unlock()
+func newAcker(c *claimer) *acker {
+	a := &acker{c: c}
+	a.commit = groupcommit.New(groupcommit.Config[ackReq]{
+		Flush: a.flush, Max: maxAckBatch, Linger: ackLinger, Idle: ackIdle,
+	})
+	return a
 }
+
+// claimed counts n more jobs in work: their acks are waited for.
+func (a *acker) claimed(n int) { a.commit.Expect(n) }
 
 // settled counts a job settled without an ack (retried, parked, released).
-func (a *acker) settled() {
-	a.mu.Lock()
-	a.inWork = max(a.inWork-1, 0)
-	wake := a.inWork == 0 && len(a.pending) > 0
-	a.mu.Unlock()
-	if wake {
-		a.poke()
-	}
-}
+func (a *acker) settled() { a.commit.Drop() }
 
-func (a *acker) poke() {
-	select {
-	case a.kick <- struct{}{}:
-	default:
-	}
-}
-
+// ackReq is one ack: the row and the lease its claim wrote, the fence.
 type ackReq struct {
 	id    int64
-	lease time.Time   // the fence
-	done  func(error) // called once with the ack's result, from run
+	lease time.Time
 }
 
 func (a *acker) ack(ctx context.Context, id int64, lease time.Time) error {
-	res := make(chan error, 1)
-	a.queue(ackReq{id: id, lease: lease, done: func(err error) { res <- err }})
-	select {
-	case err := <-res:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("ack row %d of %q: %w", id, a.c.env.Table.Unquoted, ctx.Err())
+	err := a.commit.Do(ctx, ackReq{id: id, lease: lease})
+	if err != nil && err == ctx.Err() { // the caller stopped waiting
+		return fmt.Errorf("ack row %d of %q: %w", id, a.c.env.Table.Unquoted, err)
 	}
+	return err
 }
 
-// queue adds an ack to the next statement.
-func (a *acker) queue(req ackReq) {
-	a.mu.Lock()
-	if len(a.pending) == 0 {
-		a.first = time.Now()
-	}
-	a.pending = append(a.pending, req)
-	a.inWork = max(a.inWork-1, 0)
-	// run is woken only where its wait changes: at a batch's first ack,
-	// when no job of the claimer is left in work, and at a full batch;
-	// the acks between join the batch without waking it (a wake an ack
-	// cost the acker a timer reset and a goroutine switch a job).
-	wake := len(a.pending) == 1 || a.inWork == 0 || len(a.pending) >= maxAckBatch
-	if !a.running {
-		a.running = true
-		go a.run()
-	}
-	a.mu.Unlock()
-	if wake {
-		a.poke()
-	}
-}
-
-// run sends batches until none has been queued for ackIdle, then ends: no
-// goroutine is left behind by a claimer nobody uses any more.
-func (a *acker) run() {
-	var batch []ackReq
-	if a.timer == nil {
-		a.timer = time.NewTimer(time.Hour)
-	}
-	t := a.timer
-	wait := func(d time.Duration) (kicked bool) {
-		t.Reset(d)
-		select {
-		case <-a.kick:
-			kicked = true
-		case <-t.C:
-		}
-		t.Stop()
-		return kicked
-	}
-	for {
-		a.mu.Lock()
-		for len(a.pending) > 0 && len(a.pending) < maxAckBatch && a.inWork > 0 {
-			d := ackLinger - time.Since(a.first)
-			if d <= 0 {
-				break
-			}
-			a.mu.Unlock()
-			wait(d)
-			a.mu.Lock()
-		}
-		n := min(len(a.pending), maxAckBatch)
-		if n == 0 {
-			a.mu.Unlock()
-			if wait(ackIdle) {
-				continue
-			}
-			a.mu.Lock()
-			if len(a.pending) > 0 {
-				a.mu.Unlock()
-				continue
-			}
-			a.running = false
-			a.mu.Unlock()
-			return
-		}
-		batch = append(batch[:0], a.pending[:n]...)
-		rest := copy(a.pending, a.pending[n:])
-		clear(a.pending[rest:])
-		a.pending = a.pending[:rest]
-		a.first = time.Now() // those left have waited a statement already
-		a.mu.Unlock()
-		a.flush(batch)
-	}
-}
-
-func (a *acker) flush(batch []ackReq) {
+func (a *acker) flush(batch []ackReq, errs []error) {
 	e := &a.c.env
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
 	if len(batch) == 1 {
 		r := batch[0]
-		r.done(execFenced(ctx, e, "ack", e.SQL.Ack, r.id, r.id, e.Table.Times.Encode(r.lease)))
+		errs[0] = execFenced(ctx, e, "ack", e.SQL.Ack, r.id, r.id, e.Table.Times.Encode(r.lease))
 		return
 	}
 	var deleted map[int64]bool
@@ -189,14 +92,12 @@ func (a *acker) flush(batch []ackReq) {
 		deleted, err = a.deleteMany(ctx, batch)
 		e.Writer.Unlock()
 	}
-	for _, r := range batch {
+	for i, r := range batch {
 		switch {
 		case err != nil:
-			r.done(fmt.Errorf("ack row %d of %q: %w", r.id, e.Table.Unquoted, err))
-		case deleted[r.id]:
-			r.done(nil)
-		default:
-			r.done(fmt.Errorf("ack row %d of %q: %w", r.id, e.Table.Unquoted, claim.ErrLost))
+			errs[i] = fmt.Errorf("ack row %d of %q: %w", r.id, e.Table.Unquoted, err)
+		case !deleted[r.id]:
+			errs[i] = fmt.Errorf("ack row %d of %q: %w", r.id, e.Table.Unquoted, claim.ErrLost)
 		}
 	}
 }

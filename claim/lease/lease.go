@@ -34,7 +34,7 @@ func (form) New(env claim.Env) (claim.Claimer, error) {
 		env.Stmts = dialect.PlainStmts(env.DB)
 	}
 	c := &claimer{env: env}
-	c.acks = &acker{c: c, kick: make(chan struct{}, 1)}
+	c.acks = newAcker(c)
 	return c, nil
 }
 
@@ -164,7 +164,7 @@ func (s *settler) AckAsync(done func(error)) {
 		done(nil)
 		return
 	}
-	s.c.acks.queue(ackReq{id: s.id, lease: s.lease, done: done})
+	s.c.acks.commit.Submit(ackReq{id: s.id, lease: s.lease}, done)
 }
 
 func (s *settler) Retry(ctx context.Context, delay time.Duration, lastError string) error {

@@ -130,9 +130,7 @@ func TestForgetStopsCountingInWork(t *testing.T) {
 		t.Fatalf("claimed %d, %v; want 2", len(jobs), err)
 	}
 	inWork := func() int {
-		c.acks.mu.Lock()
-		defer c.acks.mu.Unlock()
-		return c.acks.inWork
+		return c.acks.commit.Expected()
 	}
 	if n := inWork(); n != 2 {
 		t.Fatalf("in work after the claim: %d, want 2", n)

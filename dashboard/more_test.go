@@ -28,17 +28,17 @@ func (s *site) withLocksAndSchedules() {
 	if err := migrations.ApplyLocks(ctx, db); err != nil {
 		s.t.Fatal(err)
 	}
-	store, err := lock.NewSQL(ctx, db, lock.SQLOptions{})
+	store, err := lock.NewSQL(ctx, db)
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	s.t.Cleanup(func() { store.Close() })
-	locker, err := lock.New(store, lock.Config{Namespace: "shop"})
+	locker, err := lock.New(store, lock.Namespace("shop"))
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	for _, name := range []string{"payment-service", "payment-service", hostileLock} {
-		if _, ok, err := locker.Take(ctx, name, lock.Options{MaxHolders: 3, TTL: time.Hour}); err != nil || !ok {
+		if _, ok, err := locker.Take(ctx, name, lock.MaxHolders(3), lock.TTL(time.Hour)); err != nil || !ok {
 			s.t.Fatalf("take %q: %v %v", name, ok, err)
 		}
 	}
@@ -47,7 +47,7 @@ func (s *site) withLocksAndSchedules() {
 	}
 	ran := make(chan schedule.Run, 100)
 	for _, name := range []string{"packer-a", "packer-b"} {
-		sch, err := schedule.New(db, schedule.Config{Instance: name, Workers: 2, Heartbeat: 200 * time.Millisecond})
+		sch, err := schedule.New(db, schedule.Instance(name), schedule.DefaultWorkers(2), schedule.HeartbeatEvery(200*time.Millisecond))
 		if err != nil {
 			s.t.Fatal(err)
 		}

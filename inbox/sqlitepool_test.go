@@ -37,9 +37,9 @@ func TestUsersSQLitePool(t *testing.T) {
 	}
 	_, err = inbox.New(bare)
 	refused("inbox.New", err)
-	_, err = lock.NewSQL(ctx, bare, lock.SQLOptions{})
+	_, err = lock.NewSQL(ctx, bare)
 	refused("lock.NewSQL", err)
-	_, err = schedule.New(bare, schedule.Config{})
+	_, err = schedule.New(bare)
 	refused("schedule.New", err)
 
 	var pools []*sql.DB
@@ -57,12 +57,12 @@ func TestUsersSQLitePool(t *testing.T) {
 	if err := migrations.ApplyLocks(ctx, pools[0]); err != nil {
 		t.Fatal(err)
 	}
-	if l, err := lock.NewSQL(ctx, pools[0], lock.SQLOptions{}); err != nil {
+	if l, err := lock.NewSQL(ctx, pools[0]); err != nil {
 		t.Errorf("lock.NewSQL on a pool with the DSN: %v", err)
 	} else {
 		l.Close() // its sweeper outlived the test (goleak)
 	}
-	if _, err := schedule.New(pools[0], schedule.Config{}); err != nil {
+	if _, err := schedule.New(pools[0]); err != nil {
 		t.Errorf("schedule.New on a pool with the DSN: %v", err)
 	}
 	const n = 300

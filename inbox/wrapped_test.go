@@ -99,7 +99,7 @@ func TestWrappedDriver(t *testing.T) {
 			if b.Dialect() != db {
 				t.Fatalf("recognised as %s, want %s", b.Dialect(), db)
 			}
-			if _, err := schedule.New(pool, schedule.Config{}); err != nil {
+			if _, err := schedule.New(pool); err != nil {
 				t.Fatalf("schedule.New on a %s pool through a wrapping driver: %v", db, err)
 			}
 			if err := migrations.Apply(ctx, pool, "jobs"); err != nil {

@@ -15,7 +15,7 @@ import (
 // Locker is a lock.Locker whose Take is measured:
 //
 //	inbox.lock.takes          counter, by lock and outcome (acquired, not_acquired, error)
-//	inbox.lock.waits          counter of takes that may wait (Options.Wait or Tries), by lock and outcome
+//	inbox.lock.waits          counter of takes that may wait (lock.Wait, or lock.Tries above one), by lock and outcome
 //	inbox.lock.wait.duration  histogram (s) of the time those takes spent, by lock and outcome
 //
 // The lock attribute is the lock's name: keep names few (a name per row
@@ -44,9 +44,9 @@ func NewLocker(l *lock.Locker, cfg Config) (*Locker, error) {
 }
 
 // Take is lock.Locker.Take, measured.
-func (l *Locker) Take(ctx context.Context, name string, o lock.Options) (lock.Hold, bool, error) {
+func (l *Locker) Take(ctx context.Context, name string, opts ...lock.TakeOption) (lock.Hold, bool, error) {
 	start := time.Now()
-	h, ok, err := l.Locker.Take(ctx, name, o)
+	h, ok, err := l.Locker.Take(ctx, name, opts...)
 	outcome := "acquired"
 	switch {
 	case errors.Is(err, lock.ErrNotAcquired), err == nil && !ok:
@@ -56,7 +56,7 @@ func (l *Locker) Take(ctx context.Context, name string, o lock.Options) (lock.Ho
 	}
 	attrs := metric.WithAttributes(attribute.String("lock", name), attribute.String("outcome", outcome))
 	l.takes.Add(ctx, 1, attrs)
-	if o.Wait > 0 || o.Tries > 1 {
+	if lock.Waits(opts...) {
 		l.waits.Add(ctx, 1, attrs)
 		l.wait.Record(ctx, time.Since(start).Seconds(), attrs)
 	}

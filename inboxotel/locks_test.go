@@ -51,7 +51,7 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) map[string]map[string
 func TestLockerMetrics(t *testing.T) {
 	ctx := context.Background()
 	reader := sdkmetric.NewManualReader()
-	l, err := lock.New(lock.NewMemory(clock.Host{}), lock.Config{})
+	l, err := lock.New(lock.NewMemory(clock.Host{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,17 +59,17 @@ func TestLockerMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, ok, err := ml.Take(ctx, "nightly", lock.Options{TTL: time.Minute})
+	h, ok, err := ml.Take(ctx, "nightly", lock.TTL(time.Minute))
 	if err != nil || !ok {
 		t.Fatalf("first take: %v %v", ok, err)
 	}
-	if _, ok, err := ml.Take(ctx, "nightly", lock.Options{Wait: 50 * time.Millisecond}); err != nil || ok {
+	if _, ok, err := ml.Take(ctx, "nightly", lock.Wait(50*time.Millisecond)); err != nil || ok {
 		t.Fatalf("second take: %v %v, want not acquired", ok, err)
 	}
 	if err := ml.Release(ctx, h.Token); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := ml.Take(ctx, "nightly", lock.Options{Wait: time.Second}); err != nil || !ok {
+	if _, ok, err := ml.Take(ctx, "nightly", lock.Wait(time.Second)); err != nil || !ok {
 		t.Fatalf("third take: %v %v", ok, err)
 	}
 	got := collect(t, reader)

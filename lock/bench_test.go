@@ -46,7 +46,7 @@ func BenchmarkTakeRelease(b *testing.B) {
 	for _, name := range benchOrder {
 		b.Run(name, func(b *testing.B) {
 			s, _ := benchStores(b)[name](b)
-			l, err := lock.New(s, lock.Config{Namespace: "bench"})
+			l, err := lock.New(s, lock.Namespace("bench"))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -54,7 +54,7 @@ func BenchmarkTakeRelease(b *testing.B) {
 			start := time.Now()
 			n := 0
 			for b.Loop() {
-				h, ok, err := l.Take(ctx, "free", lock.Options{})
+				h, ok, err := l.Take(ctx, "free")
 				if err != nil || !ok {
 					b.Fatalf("take: ok=%v err=%v", ok, err)
 				}
@@ -76,12 +76,12 @@ func BenchmarkReleaseToWaiter(b *testing.B) {
 	for _, name := range benchOrder {
 		b.Run(name, func(b *testing.B) {
 			s1, s2 := benchStores(b)[name](b)
-			holder, _ := lock.New(s1, lock.Config{Namespace: "bench"})
-			waiter, _ := lock.New(s2, lock.Config{Namespace: "bench"})
+			holder, _ := lock.New(s1, lock.Namespace("bench"))
+			waiter, _ := lock.New(s2, lock.Namespace("bench"))
 			ctx := context.Background()
 			var lat []time.Duration
 			for b.Loop() {
-				h, ok, err := holder.Take(ctx, "handover", lock.Options{TTL: time.Minute})
+				h, ok, err := holder.Take(ctx, "handover", lock.TTL(time.Minute))
 				if err != nil || !ok {
 					b.Fatalf("holder: ok=%v err=%v", ok, err)
 				}
@@ -89,7 +89,7 @@ func BenchmarkReleaseToWaiter(b *testing.B) {
 				var wh lock.Hold
 				go func() {
 					var ok bool
-					wh, ok, err = waiter.Take(ctx, "handover", lock.Options{TTL: time.Minute, Wait: time.Minute, RetryDelay: time.Minute})
+					wh, ok, err = waiter.Take(ctx, "handover", lock.TTL(time.Minute), lock.Wait(time.Minute), lock.RetryDelay(time.Minute))
 					if !ok {
 						b.Errorf("waiter: ok=%v err=%v", ok, err)
 					}
@@ -123,7 +123,7 @@ func BenchmarkConcurrentTake(b *testing.B) {
 			newStore := map[string]backend{"memory": memoryBackend, "sqlite": sqliteBackend, "postgres": postgresBackend, "redis": redisBackend}[name].open(b)
 			lockers := make([]*lock.Locker, n)
 			for i := range lockers {
-				lockers[i], _ = lock.New(newStore(b), lock.Config{Namespace: "bench"})
+				lockers[i], _ = lock.New(newStore(b), lock.Namespace("bench"))
 			}
 			ctx := context.Background()
 			var lat []time.Duration
@@ -142,7 +142,7 @@ func BenchmarkConcurrentTake(b *testing.B) {
 						ready.Done()
 						<-start
 						t0 := time.Now()
-						h, ok, err := l.Take(ctx, name, lock.Options{MaxHolders: n})
+						h, ok, err := l.Take(ctx, name, lock.MaxHolders(n))
 						d := time.Since(t0)
 						if err != nil {
 							b.Error(err)

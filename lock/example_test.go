@@ -13,17 +13,17 @@ import (
 func Example() {
 	ctx := context.Background()
 	store := lock.NewMemory(nil) // or lock.NewSQL(ctx, db, ...), lock.NewRedis(ctx, client, ...)
-	locker, err := lock.New(store, lock.Config{Namespace: "tenant-42"})
+	locker, err := lock.New(store, lock.Namespace("tenant-42"))
 	if err != nil {
 		panic(err)
 	}
-	h, ok, err := locker.Take(ctx, "invoice:1001", lock.Options{TTL: time.Minute})
+	h, ok, err := locker.Take(ctx, "invoice:1001", lock.TTL(time.Minute))
 	fmt.Println("first call:", ok, err, h.Fence)
 
-	_, ok, err = locker.Take(ctx, "invoice:1001", lock.Options{})
+	_, ok, err = locker.Take(ctx, "invoice:1001")
 	fmt.Println("second call:", ok, err)
 
-	_, _, err = locker.Take(ctx, "invoice:1001", lock.Options{Wait: 10 * time.Millisecond, MustAcquire: true})
+	_, _, err = locker.Take(ctx, "invoice:1001", lock.Wait(10*time.Millisecond), lock.MustAcquire())
 	fmt.Println("with MustAcquire:", errors.Is(err, lock.ErrNotAcquired))
 
 	h, err = locker.Extend(ctx, h.Token, time.Hour)

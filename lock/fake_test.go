@@ -15,13 +15,13 @@ import (
 func TestWaiterSleepsUntilExpiry(t *testing.T) {
 	c := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	store := lock.NewMemory(c)
-	l, err := lock.New(store, lock.Config{Namespace: "fake", Clock: c})
+	l, err := lock.New(store, lock.Namespace("fake"), lock.WithClock(c))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	h, ok, err := l.Take(ctx, "k", lock.Options{TTL: time.Minute})
+	h, ok, err := l.Take(ctx, "k", lock.TTL(time.Minute))
 	if err != nil || !ok {
 		t.Fatal(ok, err)
 	}
@@ -32,7 +32,7 @@ func TestWaiterSleepsUntilExpiry(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		h, ok, err := l.Take(ctx, "k", lock.Options{Wait: time.Hour, RetryDelay: time.Hour})
+		h, ok, err := l.Take(ctx, "k", lock.Wait(time.Hour), lock.RetryDelay(time.Hour))
 		done <- result{h, ok, err}
 	}()
 	if err := c.WaitTimers(ctx, 1); err != nil {

@@ -6,8 +6,8 @@
 // the others only until then. A waiter never spins: it sleeps until a release
 // wakes it, the nearest holder's expiry, its retry delay or its deadline.
 //
-//	locker, _ := lock.New(store, lock.Config{Namespace: "tenant-42"})
-//	h, ok, err := locker.Take(ctx, "invoice:1001", lock.Options{TTL: time.Minute})
+//	locker, _ := lock.New(store, lock.Namespace("tenant-42"))
+//	h, ok, err := locker.Take(ctx, "invoice:1001", lock.TTL(time.Minute))
 //	if err != nil || !ok {
 //		return err // another call holds it
 //	}
@@ -28,46 +28,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/internal/config"
 )
-
-// Defaults of Options: a zero field means its default.
-const (
-	// DefaultTTL is how long a hold lasts when Options.TTL is zero.
-	DefaultTTL = 30 * time.Second
-	// DefaultRetryDelay is the longest a waiter sleeps between attempts when
-	// nothing wakes it, when Options.RetryDelay is zero.
-	DefaultRetryDelay = 250 * time.Millisecond
-	// MaxName is the longest lock name or namespace accepted, in bytes.
-	MaxName = 255
-)
-
-// Options shape one Take. The zero value takes a mutex for DefaultTTL
-// without waiting and answers false when another holds it.
-type Options struct {
-	// TTL is how long the hold lasts at most: once it passes the holder is
-	// no holder and its place goes to the next. Zero means DefaultTTL;
-	// negative is refused.
-	TTL time.Duration
-	// Wait is how long to wait for a place. Zero means no wait (one attempt,
-	// unless Tries asks for more); negative is refused.
-	Wait time.Duration
-	// Tries caps the attempts of one Take, a woken or timed retry each
-	// counting as one. Zero means no cap within Wait. With Wait zero and
-	// Tries above one, the call waits until its tries are spent.
-	Tries int
-	// RetryDelay is the longest a waiter sleeps between attempts when no
-	// release wakes it and no holder's expiry comes sooner: the poll that
-	// floors missed wakes (SQLite pools of other processes rely on it).
-	// Zero means DefaultRetryDelay; negative is refused.
-	RetryDelay time.Duration
-	// MaxHolders is how many may hold the name at once: 1 is a mutex, N a
-	// counting semaphore. Zero means 1; negative is refused. Every caller
-	// of one name should use the same value.
-	MaxHolders int
-	// MustAcquire turns a false answer into an error wrapping
-	// ErrNotAcquired (a *NotAcquiredError naming the lock and the wait).
-	MustAcquire bool
-}
 
 // Hold is one place held on a lock.
 type Hold struct {
@@ -80,7 +42,7 @@ type Hold struct {
 	// (not with extensions): pass it to downstream writes so a holder that
 	// lost its hold cannot overwrite the work of the next.
 	Fence int64
-	// Slot is the place held, from zero to MaxHolders-1.
+	// Slot is the place held, from zero to the MaxHolders asked, less one.
 	Slot int
 	// Expires is when the hold ends unless extended, on the locker's clock:
 	// the TTL counted from just before the store was asked, so it errs
@@ -89,7 +51,7 @@ type Hold struct {
 }
 
 var (
-	// ErrNotAcquired is wrapped by the error of a Take with MustAcquire that
+	// ErrNotAcquired is wrapped by the error of a Take with MustAcquire() that
 	// found no place within its wait.
 	ErrNotAcquired = errors.New("lock not acquired")
 	// ErrNotHeld means a release or extension named no live hold: the token
@@ -99,8 +61,10 @@ var (
 	// locker of another.
 	ErrWrongNamespace = errors.New("lock token of another namespace")
 	// ErrInvalid marks bad input: a name, namespace, option or token the
-	// call refuses before it reaches the store.
-	ErrInvalid = errors.New("invalid lock input")
+	// call refuses before it reaches the store. It is the module's one
+	// error of refused input: inbox.ErrInvalid and schedule.ErrInvalid are
+	// the same value.
+	ErrInvalid = config.ErrInvalid
 )
 
 // NotAcquiredError tells which lock was not acquired and how long the call
@@ -117,24 +81,12 @@ func (e *NotAcquiredError) Error() string {
 	if e.MaxHolders > 1 {
 		held = fmt.Sprintf("all %d places are held", e.MaxHolders)
 	}
-	return fmt.Sprintf("lock %s: not acquired after %s in %v: %s; wait longer (Options.Wait) or try later",
+	return fmt.Sprintf("lock %s: not acquired after %s in %v: %s; wait longer (lock.Wait) or try later",
 		quoteLock(e.Namespace, e.Name), plural(e.Tries, "try", "tries"), e.Waited.Round(time.Millisecond), held)
 }
 
 // Unwrap returns ErrNotAcquired.
 func (e *NotAcquiredError) Unwrap() error { return ErrNotAcquired }
-
-// Config sets up a Locker.
-type Config struct {
-	// Namespace holds the locker's names apart from every other namespace's
-	// (a tenant, an account). Default: empty, itself a namespace. At most
-	// MaxName bytes.
-	Namespace string
-	// Clock paces waiters (deadlines, retry delays). Default: clock.Host.
-	// Expiry is measured by the store: the database's or Redis server's
-	// clock, or for Memory and SQLite the clock given to the store.
-	Clock clock.Clock
-}
 
 // Locker takes and releases locks of one namespace in one store. It is safe
 // for concurrent use; make one per namespace and share it.
@@ -157,26 +109,28 @@ type heldToken struct{ name, token string }
 // its own clock, a little later.
 const heldGrace = time.Second
 
-// New returns a locker of cfg.Namespace over store.
-func New(store Store, cfg Config) (*Locker, error) {
+// New returns a locker over store, of the namespace Namespace gives (default
+// ""). It refuses a nil store and an option's value out of its bound with an
+// error wrapping ErrInvalid.
+func New(store Store, opts ...Option) (*Locker, error) {
 	if store == nil {
-		return nil, fmt.Errorf("%w: lock.New: store is nil", ErrInvalid)
+		return nil, fmt.Errorf("lock.New: %w: store is nil; give one of NewSQL, NewRedis or NewMemory", ErrInvalid)
 	}
-	if len(cfg.Namespace) > MaxName {
-		return nil, fmt.Errorf("%w: lock.New: Config.Namespace is %d bytes, more than %d", ErrInvalid, len(cfg.Namespace), MaxName)
+	var cfg lockerConfig
+	if err := apply(&cfg, opts); err != nil {
+		return nil, fmt.Errorf("lock.New: %w", err)
 	}
-	if err := checkText("lock.New: Config.Namespace", cfg.Namespace); err != nil {
-		return nil, err
-	}
-	return &Locker{store: store, ns: cfg.Namespace, clock: clock.OrHost(cfg.Clock), held: map[string]map[string]*expiry[heldToken]{}}, nil
+	return &Locker{store: store, ns: cfg.namespace, clock: clock.OrHost(cfg.clock), held: map[string]map[string]*expiry[heldToken]{}}, nil
 }
 
 // Namespace returns the locker's namespace.
 func (l *Locker) Namespace() string { return l.ns }
 
 // Take asks for a new place on the lock name (Extend keeps one). It answers
-// the hold and true when it got one; false (or, with MustAcquire, an error
+// the hold and true when it got one; false (or, with MustAcquire(), an error
 // wrapping ErrNotAcquired) when every place stayed held through its wait.
+// An option's value out of its bound fails with an error wrapping
+// ErrInvalid, before the store is asked.
 //
 // A store error fails a call that does not wait at once. A waiting call
 // rides out store errors with backoff (10ms doubling, at most RetryDelay)
@@ -184,18 +138,18 @@ func (l *Locker) Namespace() string { return l.ns }
 // wait (or Tries) ends. ctx ends the wait with ctx's error. A call that fails
 // while its statement is in flight may leave a place taken that it does not
 // report: that place frees itself at its TTL.
-func (l *Locker) Take(ctx context.Context, name string, o Options) (Hold, bool, error) {
+func (l *Locker) Take(ctx context.Context, name string, opts ...TakeOption) (Hold, bool, error) {
 	if err := checkName(name); err != nil {
 		return Hold{}, false, err
 	}
-	if err := o.check(name); err != nil {
-		return Hold{}, false, err
+	o := takeDefaults()
+	if err := apply(&o, opts); err != nil {
+		return Hold{}, false, fmt.Errorf("lock %s: take: %w", quoteLock(l.ns, name), err)
 	}
-	o = o.withDefaults()
 	k := Key{Namespace: l.ns, Name: name}
 
 	start := l.clock.Now()
-	waits := o.Wait > 0 || o.Tries > 1
+	waits := o.wait > 0 || o.tries > 1 // as Waits answers
 	var wakes Wakes
 	if waits {
 		w, err := l.store.Subscribe(ctx, k)
@@ -209,7 +163,7 @@ func (l *Locker) Take(ctx context.Context, name string, o Options) (Hold, bool, 
 	for tries := 1; ; tries++ {
 		secret := newSecret()
 		asked := l.clock.Now() // the hold ends TTL after the store's now, which comes later
-		g, err := l.store.Acquire(ctx, k, secret, o.TTL, o.MaxHolders)
+		g, err := l.store.Acquire(ctx, k, secret, o.ttl, o.maxHolders)
 		if err != nil && ctx.Err() != nil {
 			return Hold{}, false, ctx.Err()
 		}
@@ -220,8 +174,8 @@ func (l *Locker) Take(ctx context.Context, name string, o Options) (Hold, bool, 
 		}
 		now := l.clock.Now()
 		elapsed := now.Sub(start)
-		left := o.Wait - elapsed
-		over := !waits || (o.Tries > 0 && tries >= o.Tries) || (o.Wait > 0 && left <= 0)
+		left := o.wait - elapsed
+		over := !waits || (o.tries > 0 && tries >= o.tries) || (o.wait > 0 && left <= 0)
 		var sleep time.Duration
 		switch {
 		case err != nil:
@@ -231,22 +185,22 @@ func (l *Locker) Take(ctx context.Context, name string, o Options) (Hold, bool, 
 			if over {
 				return Hold{}, false, failing.error(quoteLock(l.ns, name), now, elapsed, waits)
 			}
-			sleep = failing.backoff(o.RetryDelay)
+			sleep = failing.backoff(o.retryDelay)
 		case over:
-			if o.MustAcquire {
-				return Hold{}, false, &NotAcquiredError{Namespace: l.ns, Name: name, Waited: elapsed, Tries: tries, MaxHolders: o.MaxHolders}
+			if o.mustAcquire {
+				return Hold{}, false, &NotAcquiredError{Namespace: l.ns, Name: name, Waited: elapsed, Tries: tries, MaxHolders: o.maxHolders}
 			}
 			return Hold{}, false, nil
 		default:
 			failing = storeFailure{}
-			sleep = o.RetryDelay
+			sleep = o.retryDelay
 			if g.Expiry >= 0 {
 				// A holder's expiry, plus a millisecond for stores that keep
 				// milliseconds; zero is a race just lost: try again at once.
 				sleep = min(sleep, g.Expiry+time.Millisecond)
 			}
 		}
-		if o.Wait > 0 {
+		if o.wait > 0 {
 			sleep = min(sleep, left)
 		}
 		if sleep <= 0 {
@@ -456,46 +410,6 @@ func (l *Locker) drop(t heldToken) {
 	}
 }
 
-func (o Options) check(name string) error {
-	bad := func(field string, v any, want string) error {
-		return fmt.Errorf("%w: lock %q: Options.%s is %v; %s", ErrInvalid, name, field, v, want)
-	}
-	switch {
-	case o.TTL < 0:
-		return bad("TTL", o.TTL, "give a positive duration, or zero for the default 30s")
-	case o.TTL > 0 && o.TTL < time.Millisecond:
-		return bad("TTL", o.TTL, "give at least 1ms (stores keep milliseconds)")
-	case o.Wait < 0:
-		return bad("Wait", o.Wait, "give a positive duration, or zero for no wait")
-	case o.Tries < 0:
-		return bad("Tries", o.Tries, "give a positive count, or zero for no cap")
-	case o.RetryDelay < 0:
-		return bad("RetryDelay", o.RetryDelay, "give a positive duration, or zero for the default 250ms")
-	case o.MaxHolders < 0:
-		return bad("MaxHolders", o.MaxHolders, "give at least 1, or zero for the default 1")
-	case o.MaxHolders > MaxHolders:
-		return bad("MaxHolders", o.MaxHolders, fmt.Sprintf("give at most %d", MaxHolders))
-	}
-	return nil
-}
-
-// MaxHolders bounds Options.MaxHolders: each place is a row (or field) of
-// its own, and a waiter looks at every one.
-const MaxHolders = 10000
-
-func (o Options) withDefaults() Options {
-	if o.TTL == 0 {
-		o.TTL = DefaultTTL
-	}
-	if o.RetryDelay == 0 {
-		o.RetryDelay = DefaultRetryDelay
-	}
-	if o.MaxHolders == 0 {
-		o.MaxHolders = 1
-	}
-	return o
-}
-
 // checkName refuses names no store keeps alike: empty, too long, with a NUL
 // byte (Postgres text refuses it) or not UTF-8 (Postgres refuses it; the
 // other stores would keep bytes Postgres cannot).
@@ -549,7 +463,7 @@ func (l *Locker) parse(s string) (token, error) {
 	ns, err1 := enc.DecodeString(parts[1])
 	name, err2 := enc.DecodeString(parts[2])
 	slot, err3 := strconv.Atoi(parts[3])
-	if err1 != nil || err2 != nil || err3 != nil || slot < 0 || slot >= MaxHolders || len(parts[4]) != 32 || checkName(string(name)) != nil {
+	if err1 != nil || err2 != nil || err3 != nil || slot < 0 || slot >= HoldersLimit || len(parts[4]) != 32 || checkName(string(name)) != nil {
 		return token{}, bad
 	}
 	if string(ns) != l.ns {

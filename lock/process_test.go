@@ -63,7 +63,7 @@ func TestSQLiteWakesOtherProcess(t *testing.T) {
 	var lat []time.Duration
 	for r := range rounds {
 		name := fmt.Sprintf("round-%d", r)
-		h := mustTake(t, holder, name, lock.Options{TTL: time.Minute})
+		h := mustTake(t, holder, name, lock.TTL(time.Minute))
 		fmt.Fprintln(in, "wait", name)
 		line("waiting") // it found the place held and sleeps for a wake
 		at := time.Now()
@@ -111,7 +111,7 @@ func TestSQLiteWaiterProcess(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			h, ok, err := l.Take(ctx, f[1], lock.Options{TTL: time.Minute, Wait: time.Minute, RetryDelay: waiterRetry})
+			h, ok, err := l.Take(ctx, f[1], lock.TTL(time.Minute), lock.Wait(time.Minute), lock.RetryDelay(waiterRetry))
 			at := time.Now().UnixNano()
 			if err != nil || !ok {
 				fmt.Println("failed", ok, err)

@@ -37,30 +37,20 @@ type Redis struct {
 	done    chan struct{}
 }
 
-// RedisOptions configure NewRedis. The zero value is ready to use.
-type RedisOptions struct {
-	// Prefix starts every key and the release channel, so several
-	// applications can share one Redis. Default: "sqlinbox:".
-	Prefix string
-	// Logger logs the loss of the release subscription.
-	// Default: slog.Default().
-	Logger *slog.Logger
-}
-
 // NewRedis returns a store over the user's client. It subscribes to the
 // release channel (on a connection of its own, as go-redis does for pub/sub)
-// and fails when Redis cannot be reached. Close ends the subscription.
-func NewRedis(ctx context.Context, client redis.UniversalClient, o RedisOptions) (*Redis, error) {
+// and fails when Redis cannot be reached. Close ends the subscription. A nil
+// client or an option's value out of its bound fails with an error wrapping
+// ErrInvalid, before Redis is asked.
+func NewRedis(ctx context.Context, client redis.UniversalClient, opts ...RedisOption) (*Redis, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: lock.NewRedis: client is nil", ErrInvalid)
+		return nil, fmt.Errorf("lock.NewRedis: %w: client is nil; give the go-redis client the store keeps its locks with", ErrInvalid)
 	}
-	if o.Prefix == "" {
-		o.Prefix = "sqlinbox:"
+	o := redisConfig{prefix: DefaultRedisPrefix, logger: slog.Default()}
+	if err := apply(&o, opts); err != nil {
+		return nil, fmt.Errorf("lock.NewRedis: %w", err)
 	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	r := &Redis{client: client, prefix: o.Prefix, channel: o.Prefix + "lock:released", hub: notify.NewHub(), log: o.Logger}
+	r := &Redis{client: client, prefix: o.prefix, channel: o.prefix + "lock:released", hub: notify.NewHub(), log: o.logger}
 	ps := client.Subscribe(ctx, r.channel)
 	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
 		ps.Close()

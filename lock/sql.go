@@ -18,7 +18,7 @@ import (
 // SQL keeps locks in the table sqlinbox_locks of a Postgres or SQLite
 // database (create it with migrations.ApplyLocks). Taking a free place is one
 // statement. A release deletes its row, and the store sweeps the rows of
-// expired holds every SQLOptions.SweepEvery, so the table keeps the live
+// expired holds every SweepEvery (a minute by default), so the table keeps the live
 // holds and those that ended since the last sweep.
 //
 // On Postgres expiries run on the database's clock, and a release notifies
@@ -30,7 +30,7 @@ import (
 // directory of the system's temporary directory named after the file, and a
 // release sends the lock's wake key to every socket there. Where that fails
 // (no Unix sockets, another user) waiters find a freed place at their next
-// retry (Options.RetryDelay).
+// retry (RetryDelay).
 type SQL struct {
 	db    *sql.DB
 	d     *dialect.Dialect
@@ -47,41 +47,19 @@ type SQL struct {
 	acquire, nearest, extend, release, releaseKeep, sweepSQL string
 }
 
-// SQLOptions configure NewSQL. The zero value is ready to use.
-type SQLOptions struct {
-	// Clock is the clock SQLite holds expire on. Default: clock.Host.
-	// Postgres always uses the database's now().
-	Clock clock.Clock
-	// Listener and Hub (Postgres) are a running notify.Listener and the hub
-	// it wakes, such as a broker's: the store listens on them instead of
-	// keeping a pool connection of its own. Default: nil, the store runs its
-	// own listener until Close. Give both or neither.
-	Listener *notify.Listener
-	Hub      *notify.Hub
-	// Logger logs the store's own listener's reconnections and failed
-	// sweeps. Default: slog.Default().
-	Logger *slog.Logger
-	// SweepEvery is how often the store deletes the rows of expired holds
-	// (a release deletes its own at once). Zero means DefaultSweepEvery;
-	// negative means never (another instance's store sweeps the table).
-	SweepEvery time.Duration
-}
-
-// DefaultSweepEvery is how often a SQL store sweeps expired holds when
-// SQLOptions.SweepEvery is zero.
-const DefaultSweepEvery = time.Minute
-
 // NewSQL returns a store over the user's pool, checking that the lock table
 // is there. It sweeps expired holds until Close. On Postgres without
-// SQLOptions.Listener it also runs a listener that holds one pool connection
-// until Close.
-func NewSQL(ctx context.Context, db *sql.DB, o SQLOptions) (*SQL, error) {
+// SQLListener it also runs a listener that holds one pool connection until
+// Close. An option's value out of its bound fails with an error wrapping
+// ErrInvalid, before the database is asked.
+func NewSQL(ctx context.Context, db *sql.DB, opts ...SQLOption) (*SQL, error) {
+	o := sqlConfig{logger: slog.Default(), sweep: DefaultSweepEvery}
+	if err := apply(&o, opts); err != nil {
+		return nil, fmt.Errorf("lock.NewSQL: %w", err)
+	}
 	d, err := dialect.Detect(db)
 	if err != nil {
 		return nil, fmt.Errorf("lock: %w", err)
-	}
-	if (o.Listener == nil) != (o.Hub == nil) {
-		return nil, fmt.Errorf("%w: lock.NewSQL: give SQLOptions.Listener and SQLOptions.Hub together, or neither", ErrInvalid)
 	}
 	if err := db.PingContext(ctx); err != nil {
 		return nil, fmt.Errorf("lock: the %s database is unreachable (check its URL, and that the server runs and accepts this client): %w", d, err)
@@ -91,14 +69,8 @@ func NewSQL(ctx context.Context, db *sql.DB, o SQLOptions) (*SQL, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock: %s table %s is not usable (create it with migrations.ApplyLocks(ctx, db)): %w", d, dialect.LockTable, err)
 	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.SweepEvery == 0 {
-		o.SweepEvery = DefaultSweepEvery
-	}
 	s := &SQL{
-		db: db, d: d, clock: clock.OrHost(o.Clock), log: o.Logger, sweep: o.SweepEvery,
+		db: db, d: d, clock: clock.OrHost(o.clock), log: o.logger, sweep: o.sweep,
 		acquire: d.LockAcquire(), nearest: d.LockNearest(), extend: d.LockExtend(), release: d.LockRelease(),
 		sweepSQL: d.LockSweep(),
 	}
@@ -109,12 +81,12 @@ func NewSQL(ctx context.Context, db *sql.DB, o SQLOptions) (*SQL, error) {
 		s.hub = notify.Default
 		s.releaseKeep = d.LockReleaseKeep()
 		s.files = startFileWakes(ctx, db, s.hub, s.log)
-	case o.Listener != nil:
-		s.hub = o.Hub
-		o.Listener.Listen(dialect.LockChannel)
+	case o.listener != nil:
+		s.hub = o.hub
+		o.listener.Listen(dialect.LockChannel)
 	default:
 		s.hub = notify.NewHub()
-		l := notify.NewListener(db, s.hub, o.Logger)
+		l := notify.NewListener(db, s.hub, o.logger)
 		l.Listen(dialect.LockChannel)
 		s.done.Go(func() { _ = l.Run(runCtx) })
 	}
@@ -160,7 +132,7 @@ func (s *SQL) sweeper(ctx context.Context) {
 }
 
 // Sweep deletes the rows of holds that have ended, in batches, and answers
-// how many it deleted. The store runs it every SQLOptions.SweepEvery; call
+// how many it deleted. The store runs it every SweepEvery; call
 // it yourself to reclaim at once.
 func (s *SQL) Sweep(ctx context.Context) (int64, error) {
 	var total int64

@@ -133,7 +133,7 @@ func openSQL(t testing.TB, u string, migrate bool) *lock.SQL {
 			t.Fatal(err)
 		}
 	}
-	s, err := lock.NewSQL(ctx, db, lock.SQLOptions{SweepEvery: 100 * time.Millisecond})
+	s, err := lock.NewSQL(ctx, db, lock.SweepEvery(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestNewSQLWithoutTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	_, err = lock.NewSQL(context.Background(), db, lock.SQLOptions{})
+	_, err = lock.NewSQL(context.Background(), db)
 	if err == nil || !strings.Contains(err.Error(), "migrations.ApplyLocks") {
 		t.Fatalf("NewSQL on a database without the table: %v", err)
 	}
@@ -161,7 +161,7 @@ func TestNewSQLUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	_, err = lock.NewSQL(context.Background(), db, lock.SQLOptions{})
+	_, err = lock.NewSQL(context.Background(), db)
 	if err == nil || !strings.Contains(err.Error(), "database is unreachable") || strings.Contains(err.Error(), "ApplyLocks") {
 		t.Fatalf("NewSQL on an unreachable Postgres: %v", err)
 	}
@@ -193,7 +193,7 @@ var redisBackend = backend{name: "redis", open: func(t testing.TB) func(t testin
 	opt.Addr = p.addr()
 	c := redis.NewClient(opt)
 	t.Cleanup(func() { c.Close() })
-	s, err := lock.NewRedis(context.Background(), c, lock.RedisOptions{Prefix: prefix})
+	s, err := lock.NewRedis(context.Background(), c, lock.RedisPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func redisClient(t testing.TB) *redis.Client {
 
 func openRedis(t testing.TB, prefix string) *lock.Redis {
 	t.Helper()
-	s, err := lock.NewRedis(context.Background(), redisClient(t), lock.RedisOptions{Prefix: prefix})
+	s, err := lock.NewRedis(context.Background(), redisClient(t), lock.RedisPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func redisCleanup(t testing.TB, prefix string) {
 func TestRedisUnreachable(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: time.Second})
 	defer c.Close()
-	if _, err := lock.NewRedis(context.Background(), c, lock.RedisOptions{}); err == nil {
+	if _, err := lock.NewRedis(context.Background(), c); err == nil {
 		t.Fatal("NewRedis on an unreachable server succeeded")
 	}
 }
@@ -257,13 +257,13 @@ func TestUnreachableStoreFails(t *testing.T) {
 	if err := migrations.ApplyLocks(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	s, err := lock.NewSQL(ctx, db, lock.SQLOptions{})
+	s, err := lock.NewSQL(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := locker(t, s, "down")
 	db.Close()
-	h, ok, err := l.Take(ctx, "k", lock.Options{Wait: time.Second})
+	h, ok, err := l.Take(ctx, "k", lock.Wait(time.Second))
 	if ok || err == nil || !strings.Contains(err.Error(), `lock "down/k": acquire`) {
 		t.Fatalf("take on a closed pool: ok=%v hold=%+v err=%v", ok, h, err)
 	}
@@ -285,7 +285,7 @@ func TestPostgresSharedListener(t *testing.T) {
 	hub := notify.NewHub()
 	listener := notify.NewListener(db, hub, nil)
 	go listener.Run(ctx)
-	waiterStore, err := lock.NewSQL(ctx, db, lock.SQLOptions{Listener: listener, Hub: hub})
+	waiterStore, err := lock.NewSQL(ctx, db, lock.SQLListener(listener, hub))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,10 +296,10 @@ func TestPostgresSharedListener(t *testing.T) {
 	}
 	tried := make(chan struct{}, 10)
 	holder, waiter := locker(t, holderStore, "shared"), locker(t, &observed{waiterStore, tried, nil}, "shared")
-	h := mustTake(t, holder, "k", lock.Options{TTL: time.Minute})
+	h := mustTake(t, holder, "k", lock.TTL(time.Minute))
 	got := make(chan time.Time, 1)
 	go func() {
-		_, ok, err := waiter.Take(ctx, "k", lock.Options{Wait: time.Minute, RetryDelay: time.Minute})
+		_, ok, err := waiter.Take(ctx, "k", lock.Wait(time.Minute), lock.RetryDelay(time.Minute))
 		if !ok || err != nil {
 			t.Errorf("waiter: ok=%v err=%v", ok, err)
 		}
@@ -316,7 +316,7 @@ func TestPostgresSharedListener(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the waiter was not woken by the release")
 	}
-	if _, err := lock.NewSQL(ctx, db, lock.SQLOptions{Listener: listener}); !errors.Is(err, lock.ErrInvalid) {
+	if _, err := lock.NewSQL(ctx, db, lock.SQLListener(listener, nil)); !errors.Is(err, lock.ErrInvalid) {
 		t.Errorf("listener without hub: %v", err)
 	}
 }
@@ -378,7 +378,7 @@ func TestPostgresUpgradeKeepsFencesGrowing(t *testing.T) {
 	if err := db.QueryRowContext(ctxT(t), "SELECT COUNT(*) FROM sqlinbox_locks").Scan(&rows); err != nil || rows != 1 {
 		t.Fatalf("after the upgrade %d rows (err %v), want the one live hold", rows, err)
 	}
-	h := mustTake(t, locker(t, s, "up"), "order:1", lock.Options{})
+	h := mustTake(t, locker(t, s, "up"), "order:1")
 	if h.Fence <= 41 {
 		t.Fatalf("fence %d after the upgrade, not above the name's 41", h.Fence)
 	}
@@ -388,7 +388,7 @@ func TestPostgresUpgradeKeepsFencesGrowing(t *testing.T) {
 // never drawn from, must not hand out 1 again.
 func TestPostgresUpgradeFromFenceOne(t *testing.T) {
 	_, s := oldLockTable(t, `('up', 'order:1', 0, 'x', 1, now() + interval '1 hour')`)
-	h := mustTake(t, locker(t, s, "up"), "order:2", lock.Options{})
+	h := mustTake(t, locker(t, s, "up"), "order:2")
 	if h.Fence <= 1 {
 		t.Fatalf("fence %d after the upgrade, not above the table's 1", h.Fence)
 	}

@@ -62,7 +62,7 @@ func runSuite(t *testing.T, b backend) {
 
 func locker(t *testing.T, s lock.Store, ns string) *lock.Locker {
 	t.Helper()
-	l, err := lock.New(s, lock.Config{Namespace: ns})
+	l, err := lock.New(s, lock.Namespace(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,18 +75,18 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func mustTake(t *testing.T, l *lock.Locker, name string, o lock.Options) lock.Hold {
+func mustTake(t *testing.T, l *lock.Locker, name string, opts ...lock.TakeOption) lock.Hold {
 	t.Helper()
-	h, ok, err := l.Take(ctxT(t), name, o)
+	h, ok, err := l.Take(ctxT(t), name, opts...)
 	if err != nil || !ok {
 		t.Fatalf("take %q: ok=%v err=%v", name, ok, err)
 	}
 	return h
 }
 
-func mustNotTake(t *testing.T, l *lock.Locker, name string, o lock.Options) {
+func mustNotTake(t *testing.T, l *lock.Locker, name string, opts ...lock.TakeOption) {
 	t.Helper()
-	h, ok, err := l.Take(ctxT(t), name, o)
+	h, ok, err := l.Take(ctxT(t), name, opts...)
 	if err != nil || ok {
 		t.Fatalf("take %q should find it held: ok=%v err=%v hold=%+v", name, ok, err, h)
 	}
@@ -117,7 +117,7 @@ func testMutex(t *testing.T, newStore func(t testing.TB) lock.Store) {
 		go func() {
 			defer wg.Done()
 			l := lockers[i%3]
-			h, ok, err := l.Take(ctx, "counter", lock.Options{TTL: 30 * time.Second, Wait: time.Minute, RetryDelay: 2 * time.Second})
+			h, ok, err := l.Take(ctx, "counter", lock.TTL(30*time.Second), lock.Wait(time.Minute), lock.RetryDelay(2*time.Second))
 			if err != nil || !ok {
 				errs <- fmt.Errorf("goroutine %d: ok=%v err=%v", i, ok, err)
 				return
@@ -161,7 +161,7 @@ func testMutex(t *testing.T, newStore func(t testing.TB) lock.Store) {
 func testThreeAtATime(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	ctx := ctxT(t)
 	const retry = 20 * time.Second // a waiter that needed its retry delay would fail the test
-	opts := lock.Options{MaxHolders: 3, TTL: time.Minute, Wait: time.Minute, RetryDelay: retry}
+	opts := []lock.TakeOption{lock.MaxHolders(3), lock.TTL(time.Minute), lock.Wait(time.Minute), lock.RetryDelay(retry)}
 	failed := make(chan struct{}, 100)
 	lockers := []*lock.Locker{locker(t, &observed{newStore(t), failed, nil}, "sem"), locker(t, &observed{newStore(t), failed, nil}, "sem")}
 	type in struct {
@@ -180,7 +180,7 @@ func testThreeAtATime(t *testing.T, newStore func(t testing.TB) lock.Store) {
 		go func() {
 			defer wg.Done()
 			l := lockers[i%2]
-			h, ok, err := l.Take(ctx, "payments", opts)
+			h, ok, err := l.Take(ctx, "payments", opts...)
 			if err != nil || !ok {
 				errs <- fmt.Errorf("caller %d: ok=%v err=%v", i, ok, err)
 				return
@@ -223,7 +223,7 @@ func testThreeAtATime(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	for range 3 {
 		recv2(t, failed, "a waiter's failed try")
 	}
-	mustNotTake(t, locker(t, newStore(t), "sem"), "payments", lock.Options{MaxHolders: 3})
+	mustNotTake(t, locker(t, newStore(t), "sem"), "payments", lock.MaxHolders(3))
 	select {
 	case x := <-ins:
 		t.Fatalf("a fourth caller (%d) got in while three held", x.who)
@@ -261,10 +261,10 @@ func testWaiterPastWait(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	ctx := ctxT(t)
 	s := newStore(t)
 	a, b := locker(t, s, "wait"), locker(t, newStore(t), "wait")
-	mustTake(t, a, "report", lock.Options{TTL: time.Minute})
+	mustTake(t, a, "report", lock.TTL(time.Minute))
 	const wait = 300 * time.Millisecond
 	start := time.Now()
-	_, ok, err := b.Take(ctx, "report", lock.Options{Wait: wait, RetryDelay: 100 * time.Millisecond})
+	_, ok, err := b.Take(ctx, "report", lock.Wait(wait), lock.RetryDelay(100*time.Millisecond))
 	waited := time.Since(start)
 	if err != nil || ok {
 		t.Fatalf("take past wait: ok=%v err=%v", ok, err)
@@ -273,7 +273,7 @@ func testWaiterPastWait(t *testing.T, newStore func(t testing.TB) lock.Store) {
 		t.Fatalf("gave up after %v, before its wait of %v", waited, wait)
 	}
 	t.Logf("gave up after %v (wait %v)", waited, wait)
-	_, ok, err = b.Take(ctx, "report", lock.Options{Wait: wait, MustAcquire: true})
+	_, ok, err = b.Take(ctx, "report", lock.Wait(wait), lock.MustAcquire())
 	if ok || !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("MustAcquire: ok=%v err=%v, want ErrNotAcquired", ok, err)
 	}
@@ -285,12 +285,12 @@ func testWaiterPastWait(t *testing.T, newStore func(t testing.TB) lock.Store) {
 		t.Errorf("error text %q does not name the lock", err)
 	}
 	// One try, one place: the error counts them in words that read.
-	_, _, err = b.Take(ctx, "report", lock.Options{MustAcquire: true})
+	_, _, err = b.Take(ctx, "report", lock.MustAcquire())
 	if err == nil || !strings.Contains(err.Error(), "after 1 try in") || !strings.Contains(err.Error(), "its one place is held") {
 		t.Errorf("error of one try on a mutex: %v", err)
 	}
 	// Tries alone bounds a wait too.
-	_, ok, err = b.Take(ctx, "report", lock.Options{Tries: 3, RetryDelay: 10 * time.Millisecond, MustAcquire: true})
+	_, ok, err = b.Take(ctx, "report", lock.Tries(3), lock.RetryDelay(10*time.Millisecond), lock.MustAcquire())
 	if ok || !errors.As(err, &na) || na.Tries != 3 {
 		t.Fatalf("Tries 3: ok=%v err=%v", ok, err)
 	}
@@ -303,9 +303,9 @@ func testCrashedHolder(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	crashed, next := locker(t, newStore(t), "crash"), locker(t, newStore(t), "crash")
 	const ttl = 500 * time.Millisecond
 	start := time.Now()
-	h := mustTake(t, crashed, "job", lock.Options{TTL: ttl})
+	h := mustTake(t, crashed, "job", lock.TTL(ttl))
 	// A retry delay far beyond the TTL: the waiter must wake at the expiry.
-	got, ok, err := next.Take(ctx, "job", lock.Options{Wait: time.Minute, RetryDelay: 30 * time.Second})
+	got, ok, err := next.Take(ctx, "job", lock.Wait(time.Minute), lock.RetryDelay(30*time.Second))
 	took := time.Since(start)
 	if err != nil || !ok {
 		t.Fatalf("take after the crashed holder's TTL: ok=%v err=%v", ok, err)
@@ -327,7 +327,7 @@ func testCrashedHolder(t *testing.T, newStore func(t testing.TB) lock.Store) {
 		t.Errorf("extension by the expired holder: %v, want ErrNotHeld", err)
 	}
 	// Its failed release changed nothing: the place is still the next's.
-	mustNotTake(t, crashed, "job", lock.Options{})
+	mustNotTake(t, crashed, "job")
 	if err := next.Release(ctx, got.Token); err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +340,7 @@ func testExtension(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	a, b := locker(t, newStore(t), "ext"), locker(t, newStore(t), "ext")
 	// Long enough that a loaded machine extends the hold before it ends.
 	const ttl = 2 * time.Second
-	h := mustTake(t, a, "batch", lock.Options{TTL: ttl})
+	h := mustTake(t, a, "batch", lock.TTL(ttl))
 	e, err := a.Extend(ctx, h.Token, time.Minute)
 	if err != nil {
 		t.Fatalf("extend: %v", err)
@@ -353,7 +353,7 @@ func testExtension(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	}
 	// Wait three first TTLs: the extended hold still keeps the place.
 	start := time.Now()
-	_, ok, err := b.Take(ctx, "batch", lock.Options{Wait: 3 * ttl, RetryDelay: 50 * time.Millisecond})
+	_, ok, err := b.Take(ctx, "batch", lock.Wait(3*ttl), lock.RetryDelay(50*time.Millisecond))
 	if err != nil || ok {
 		t.Fatalf("took the place %v after its hold was extended: ok=%v err=%v", time.Since(start), ok, err)
 	}
@@ -364,7 +364,7 @@ func testExtension(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	if _, err := a.Extend(ctx, h.Token, time.Minute); !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("extension of a released hold: %v, want ErrNotHeld", err)
 	}
-	h2 := mustTake(t, a, "other", lock.Options{})
+	h2 := mustTake(t, a, "other")
 	if _, err := a.Extend(ctx, h2.Token, -time.Second); !errors.Is(err, lock.ErrInvalid) {
 		t.Errorf("extension with a negative TTL: %v, want ErrInvalid", err)
 	}
@@ -378,7 +378,7 @@ func testFenceGrows(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	var last int64
 	for i := range 6 {
 		l := ls[i%2]
-		h := mustTake(t, l, "row", lock.Options{MaxHolders: 2})
+		h := mustTake(t, l, "row", lock.MaxHolders(2))
 		if h.Fence <= last {
 			t.Fatalf("acquisition %d: fence %d after %d", i, h.Fence, last)
 		}
@@ -401,19 +401,19 @@ func testNamespaces(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	ctx := ctxT(t)
 	s := newStore(t)
 	a, b := locker(t, s, "tenant-a"), locker(t, newStore(t), "tenant-b")
-	ha := mustTake(t, a, "order:7", lock.Options{})
-	hb := mustTake(t, b, "order:7", lock.Options{})
+	ha := mustTake(t, a, "order:7")
+	hb := mustTake(t, b, "order:7")
 	if err := b.Release(ctx, ha.Token); !errors.Is(err, lock.ErrWrongNamespace) {
 		t.Fatalf("release in b with a's token: %v, want ErrWrongNamespace", err)
 	}
 	if _, err := b.Extend(ctx, ha.Token, 0); !errors.Is(err, lock.ErrWrongNamespace) {
 		t.Fatalf("extension in b with a's token: %v, want ErrWrongNamespace", err)
 	}
-	mustNotTake(t, locker(t, newStore(t), "tenant-a"), "order:7", lock.Options{})
+	mustNotTake(t, locker(t, newStore(t), "tenant-a"), "order:7")
 	if err := a.Release(ctx, ha.Token); err != nil {
 		t.Fatal(err)
 	}
-	mustNotTake(t, locker(t, s, "tenant-b"), "order:7", lock.Options{})
+	mustNotTake(t, locker(t, s, "tenant-b"), "order:7")
 	if err := b.Release(ctx, hb.Token); err != nil {
 		t.Fatal(err)
 	}
@@ -423,23 +423,23 @@ func testNamespaces(t *testing.T, newStore func(t testing.TB) lock.Store) {
 func testBadInput(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	ctx := ctxT(t)
 	l := locker(t, newStore(t), "bad")
-	h := mustTake(t, l, "held", lock.Options{})
+	h := mustTake(t, l, "held")
 	for _, tc := range []struct {
 		name string
-		o    lock.Options
+		o    lock.TakeOption
 		want string
 	}{
-		{"", lock.Options{}, "empty lock name"},
-		{strings.Repeat("x", lock.MaxName+1), lock.Options{}, "more than 255"},
-		{"held", lock.Options{TTL: -time.Second}, "Options.TTL"},
-		{"held", lock.Options{MaxHolders: -1}, "Options.MaxHolders"},
-		{"held", lock.Options{Wait: -1}, "Options.Wait"},
-		{"a\x00b", lock.Options{}, "NUL byte"},
-		{"caf\xe9", lock.Options{}, "not valid UTF-8"},
+		{"", nil, "empty lock name"},
+		{strings.Repeat("x", lock.MaxName+1), nil, "more than 255"},
+		{"held", lock.TTL(-time.Second), "TTL(-1s)"},
+		{"held", lock.MaxHolders(-1), "MaxHolders(-1)"},
+		{"held", lock.Wait(-1), "Wait(-1ns)"},
+		{"a\x00b", nil, "NUL byte"},
+		{"caf\xe9", nil, "not valid UTF-8"},
 	} {
 		_, ok, err := l.Take(ctx, tc.name, tc.o)
 		if ok || !errors.Is(err, lock.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("take %.20q %+v: ok=%v err=%v, want ErrInvalid naming %q", tc.name, tc.o, ok, err, tc.want)
+			t.Errorf("take %.20q: ok=%v err=%v, want ErrInvalid naming %q", tc.name, ok, err, tc.want)
 		}
 	}
 	// A well-formed token that was never taken.
@@ -454,18 +454,18 @@ func testBadInput(t *testing.T, newStore func(t testing.TB) lock.Store) {
 		t.Errorf("extension with a malformed token: %v", err)
 	}
 	// Nothing changed: the hold is still there, and still releases once.
-	mustNotTake(t, locker(t, newStore(t), "bad"), "held", lock.Options{})
+	mustNotTake(t, locker(t, newStore(t), "bad"), "held")
 	if err := l.Release(ctx, h.Token); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Release(ctx, h.Token); !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("second release: %v, want ErrNotHeld", err)
 	}
-	if _, err := lock.New(newStore(t), lock.Config{Namespace: strings.Repeat("n", lock.MaxName+1)}); !errors.Is(err, lock.ErrInvalid) {
+	if _, err := lock.New(newStore(t), lock.Namespace(strings.Repeat("n", lock.MaxName+1))); !errors.Is(err, lock.ErrInvalid) {
 		t.Errorf("overlong namespace: %v", err)
 	}
 	for _, ns := range []string{"a\x00b", "\xff"} {
-		if _, err := lock.New(newStore(t), lock.Config{Namespace: ns}); !errors.Is(err, lock.ErrInvalid) {
+		if _, err := lock.New(newStore(t), lock.Namespace(ns)); !errors.Is(err, lock.ErrInvalid) {
 			t.Errorf("namespace %q: %v, want ErrInvalid", ns, err)
 		}
 	}
@@ -475,15 +475,15 @@ func testBadInput(t *testing.T, newStore func(t testing.TB) lock.Store) {
 func testReleaseName(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	ctx := ctxT(t)
 	a, b := locker(t, newStore(t), "byname"), locker(t, newStore(t), "byname")
-	mustTake(t, a, "k", lock.Options{MaxHolders: 3})
-	mustTake(t, a, "k", lock.Options{MaxHolders: 3})
-	hb := mustTake(t, b, "k", lock.Options{MaxHolders: 3})
+	mustTake(t, a, "k", lock.MaxHolders(3))
+	mustTake(t, a, "k", lock.MaxHolders(3))
+	hb := mustTake(t, b, "k", lock.MaxHolders(3))
 	if err := a.ReleaseName(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
-	h1 := mustTake(t, a, "k", lock.Options{MaxHolders: 3})
-	h2 := mustTake(t, a, "k", lock.Options{MaxHolders: 3})
-	mustNotTake(t, a, "k", lock.Options{MaxHolders: 3}) // b's hold survived
+	h1 := mustTake(t, a, "k", lock.MaxHolders(3))
+	h2 := mustTake(t, a, "k", lock.MaxHolders(3))
+	mustNotTake(t, a, "k", lock.MaxHolders(3)) // b's hold survived
 	for _, tok := range []string{h1.Token, h2.Token, hb.Token} {
 		if err := map[bool]*lock.Locker{true: b, false: a}[tok == hb.Token].Release(ctx, tok); err != nil {
 			t.Fatal(err)
@@ -497,11 +497,11 @@ func testReleaseName(t *testing.T, newStore func(t testing.TB) lock.Store) {
 // A waiting Take ends with its context.
 func testCancel(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	a, b := locker(t, newStore(t), "cancel"), locker(t, newStore(t), "cancel")
-	mustTake(t, a, "k", lock.Options{})
+	mustTake(t, a, "k")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := b.Take(ctx, "k", lock.Options{Wait: time.Hour, RetryDelay: time.Hour})
+		_, _, err := b.Take(ctx, "k", lock.Wait(time.Hour), lock.RetryDelay(time.Hour))
 		done <- err
 	}()
 	cancel()
@@ -549,7 +549,7 @@ func testConcurrentFreePlaces(t *testing.T, newStore func(t testing.TB) lock.Sto
 					defer wg.Done()
 					ready.Done()
 					<-start
-					h, ok, err := l.Take(ctx, name, lock.Options{MaxHolders: n, TTL: time.Minute})
+					h, ok, err := l.Take(ctx, name, lock.MaxHolders(n), lock.TTL(time.Minute))
 					if err == nil && !ok {
 						err = errors.New("no place")
 					}
@@ -614,11 +614,11 @@ func testReclaimed(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	for range 4 {
 		wg.Go(func() {
 			for i := range work {
-				name, o := fmt.Sprintf("released-%d", i), lock.Options{TTL: time.Minute, Wait: time.Minute}
+				name, o := fmt.Sprintf("released-%d", i), lock.TTL(time.Minute)
 				if i >= n {
-					name, o = fmt.Sprintf("expired-%d", i-n), lock.Options{TTL: ttl, Wait: time.Minute}
+					name, o = fmt.Sprintf("expired-%d", i-n), lock.TTL(ttl)
 				}
-				h, ok, err := l.Take(ctx, name, o)
+				h, ok, err := l.Take(ctx, name, o, lock.Wait(time.Minute))
 				if err == nil && !ok {
 					err = fmt.Errorf("take %q: no place", name)
 				}
@@ -657,7 +657,7 @@ func testReclaimed(t *testing.T, newStore func(t testing.TB) lock.Store) {
 	// lets memory and the locker notice; the SQL stores' sweep runs on its
 	// own every 100ms here.
 	time.Sleep(time.Until(last.Add(ttl + time.Second + 10*time.Millisecond)))
-	h := mustTake(t, l, "poke", lock.Options{})
+	h := mustTake(t, l, "poke")
 	if err := l.Release(ctx, h.Token); err != nil {
 		t.Fatal(err)
 	}
@@ -690,14 +690,14 @@ func testRidesOutCut(t *testing.T, open func(t testing.TB) (lock.Store, lock.Sto
 	direct, cut, p := open(t)
 	failed, errs := make(chan struct{}, 100), make(chan error, 100)
 	holder, waiter := locker(t, direct, "cut"), locker(t, &observed{cut, failed, errs}, "cut")
-	h := mustTake(t, holder, "k", lock.Options{TTL: time.Minute})
+	h := mustTake(t, holder, "k", lock.TTL(time.Minute))
 	type result struct {
 		ok  bool
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		_, ok, err := waiter.Take(ctx, "k", lock.Options{Wait: 20 * time.Second, RetryDelay: 100 * time.Millisecond})
+		_, ok, err := waiter.Take(ctx, "k", lock.Wait(20*time.Second), lock.RetryDelay(100*time.Millisecond))
 		done <- result{ok, err}
 	}()
 	recv2(t, failed, "failed try of the waiter")
@@ -727,11 +727,11 @@ func testRidesOutCut(t *testing.T, open func(t testing.TB) (lock.Store, lock.Sto
 
 	// A wait that ends while the store still fails reports the failure, at
 	// the end of its wait and not at the first error.
-	mustTake(t, holder, "k2", lock.Options{TTL: time.Minute})
+	mustTake(t, holder, "k2", lock.TTL(time.Minute))
 	p.cut(time.Hour)
 	const wait = 500 * time.Millisecond
 	start := time.Now()
-	_, ok, err := waiter.Take(ctx, "k2", lock.Options{Wait: wait, RetryDelay: 50 * time.Millisecond})
+	_, ok, err := waiter.Take(ctx, "k2", lock.Wait(wait), lock.RetryDelay(50*time.Millisecond))
 	took := time.Since(start)
 	if ok || err == nil || errors.Is(err, lock.ErrNotAcquired) || !strings.Contains(err.Error(), "store failed") {
 		t.Fatalf("take with the store down: ok=%v err=%v, want the store's failure", ok, err)

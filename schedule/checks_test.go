@@ -15,7 +15,7 @@ import (
 // "Local" would read the host's zone, which the schedule never uses.
 func TestAddRefusesMeaninglessOptions(t *testing.T) {
 	eachDatabase(t, func(t *testing.T, open opener) {
-		s, err := schedule.New(open(t), schedule.Config{Instance: "x"})
+		s, err := schedule.New(open(t), schedule.Instance("x"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -24,16 +24,16 @@ func TestAddRefusesMeaninglessOptions(t *testing.T) {
 			name      string
 			spec      schedule.Spec
 			placement schedule.Placement
-			opts      []schedule.Option
+			opts      []schedule.AddOption
 			want      string
 		}{
-			{"one", schedule.Every(time.Second), schedule.One, []schedule.Option{schedule.Workers(3)}, `schedule "one": Workers(3) is for EveryWorker schedules; a One schedule has one run a moment`},
-			{"inst", schedule.Every(time.Second), schedule.EveryInstance, []schedule.Option{schedule.Workers(2)}, `schedule "inst": Workers(2) is for EveryWorker schedules; an EveryInstance schedule has one run per instance`},
+			{"one", schedule.Every(time.Second), schedule.One, []schedule.AddOption{schedule.Workers(3)}, `schedule "one": Workers(3) is for EveryWorker schedules; a One schedule has one run a moment`},
+			{"inst", schedule.Every(time.Second), schedule.EveryInstance, []schedule.AddOption{schedule.Workers(2)}, `schedule "inst": Workers(2) is for EveryWorker schedules; an EveryInstance schedule has one run per instance`},
 			{"local", schedule.Cron("* * * * *", "Local"), schedule.One, nil, `schedule "local": invalid spec: time zone "Local" is the host's zone`},
 		} {
 			err := s.Add(tc.name, tc.spec, tc.placement, nop, tc.opts...)
-			if err == nil || !errors.Is(err, schedule.ErrConfig) || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("Add(%q) = %v, want an ErrConfig containing %q", tc.name, err, tc.want)
+			if err == nil || !errors.Is(err, schedule.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Add(%q) = %v, want an ErrInvalid containing %q", tc.name, err, tc.want)
 			}
 		}
 		if err := s.Add("worker", schedule.Every(time.Second), schedule.EveryWorker, nop, schedule.Workers(3)); err != nil {
@@ -78,7 +78,7 @@ func TestDuplicateInstanceName(t *testing.T) {
 		// twin starts another "a" and drives the clock, a third of a
 		// heartbeat at a time once every timer is armed, until Start returns.
 		twin := func() (*schedule.Scheduler, error) {
-			s, err := schedule.New(open(t), schedule.Config{Instance: "a", Clock: c.clk, Heartbeat: beat, HeartbeatTTL: ttl})
+			s, err := schedule.New(open(t), schedule.Instance("a"), schedule.WithClock(c.clk), schedule.HeartbeatEvery(beat), schedule.HeartbeatTTL(ttl))
 			if err != nil {
 				t.Fatal(err)
 			}

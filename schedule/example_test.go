@@ -18,7 +18,7 @@ import (
 // Two instances of two workers each share ten orders every ten seconds: each run
 // packs the orders whose number modulo Workers is its Worker, so every order
 // is packed once per moment. A fake clock drives the moments here; a service
-// leaves Config.Clock nil and runs on the host's clock.
+// leaves out WithClock and runs on the host's clock.
 func Example_everyWorker() {
 	ctx := context.Background()
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -54,7 +54,7 @@ func Example_everyWorker() {
 		if err := migrations.ApplySchedules(ctx, db); err != nil {
 			panic(err)
 		}
-		s, err := schedule.New(db, schedule.Config{Instance: name, Workers: 2, Clock: clk})
+		s, err := schedule.New(db, schedule.Instance(name), schedule.DefaultWorkers(2), schedule.WithClock(clk))
 		if err != nil {
 			panic(err)
 		}

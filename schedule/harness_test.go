@@ -139,10 +139,7 @@ func (c *cluster) record(ctx context.Context, r schedule.Run) error {
 // adds its schedules (one each, for the timer count).
 func (c *cluster) start(name string, workers int, add func(s *schedule.Scheduler) error) *schedule.Scheduler {
 	c.t.Helper()
-	s, err := schedule.New(c.open(c.t), schedule.Config{
-		Instance: name, Workers: workers, Clock: c.clk, Heartbeat: beat, HeartbeatTTL: ttl,
-		Logger: slogTo(c.log),
-	})
+	s, err := schedule.New(c.open(c.t), schedule.Instance(name), schedule.DefaultWorkers(workers), schedule.WithClock(c.clk), schedule.HeartbeatEvery(beat), schedule.HeartbeatTTL(ttl), schedule.WithLogger(slogTo(c.log)))
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ func helper(spec string) int {
 	}
 	defer db.Close()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := schedule.New(db, schedule.Config{Instance: name, Heartbeat: killBeat, HeartbeatTTL: killTTL, Logger: logger})
+	s, err := schedule.New(db, schedule.Instance(name), schedule.HeartbeatEvery(killBeat), schedule.HeartbeatTTL(killTTL), schedule.WithLogger(logger))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

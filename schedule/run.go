@@ -169,7 +169,7 @@ func (s *Scheduler) hold(ctx context.Context) error {
 	if n, err := res.RowsAffected(); err != nil {
 		return fmt.Errorf("hold the instance name: %w", err)
 	} else if n == 0 {
-		return fmt.Errorf("%w: instance %q is held by another live scheduler; give each instance its own Config.Instance "+
+		return fmt.Errorf("%w: instance %q is held by another live scheduler; give each instance its own Instance option "+
 			"(a scheduler that died frees its name when its heartbeat expires, within HeartbeatTTL %v)", ErrDuplicateInstance, s.name, s.ttl)
 	}
 	return nil

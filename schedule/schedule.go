@@ -11,7 +11,7 @@
 // handler returns; a share whose lease runs out (its instance died) is taken
 // over by another live instance within about a heartbeat:
 //
-//	s, err := schedule.New(db, schedule.Config{})
+//	s, err := schedule.New(db)
 //	err = s.Add("pack_orders", schedule.Every(10*time.Second), schedule.EveryWorker,
 //		func(ctx context.Context, r schedule.Run) error {
 //			// take the orders whose number modulo r.Workers is r.Worker
@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/internal/config"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
 
@@ -53,7 +54,7 @@ const (
 	// membership.
 	EveryInstance
 	// EveryWorker runs each moment once per worker on every instance in the
-	// moment's membership: Config.Workers runs per instance (default one per
+	// moment's membership: DefaultWorkers runs per instance (default one per
 	// core), or the schedule's own Workers option.
 	EveryWorker
 )
@@ -97,7 +98,7 @@ type Run struct {
 	// instance; Runners is their count (1 unless EveryWorker).
 	Runner, Runners int
 	// InstanceName is the name of the instance running this share: this
-	// one (Config.Instance).
+	// one (the Instance option of New).
 	InstanceName string
 	// DealtTo is the name of the instance the share was dealt to. It
 	// differs from InstanceName when this instance took the share over
@@ -127,92 +128,15 @@ func (r Run) Owns(n int64) bool {
 // run.
 type Handler func(ctx context.Context, r Run) error
 
-// Option adjusts one schedule at Add.
-type Option func(*entry) error
-
-// SkipWhileBusy skips a moment on this instance while a run of the previous
-// moment on this instance is still busy: the moment's shares dealt to it are
-// dropped, not taken over by others, and it takes over no share of another
-// instance meanwhile. Default: the next moment runs anyway, beside the busy
-// one (guard shared items with locks). With One, an instance that skips does
-// not compete for the moment, so another instance may run it.
-func SkipWhileBusy() Option {
-	return func(e *entry) error { e.skipBusy = true; return nil }
-}
-
-// Workers sets how many runs an EveryWorker schedule has on this instance
-// per moment, overriding Config.Workers. n must be at least 1; Add refuses
-// it on the other placements, which have one run a moment per instance or in
-// all.
-func Workers(n int) Option {
-	return func(e *entry) error {
-		switch {
-		case n < 1:
-			return fmt.Errorf("Workers(%d): must be at least 1", n)
-		case e.placement == One:
-			return fmt.Errorf("Workers(%d) is for EveryWorker schedules; a One schedule has one run a moment", n)
-		case e.placement == EveryInstance:
-			return fmt.Errorf("Workers(%d) is for EveryWorker schedules; an EveryInstance schedule has one run per instance", n)
-		}
-		e.workers = n
-		return nil
-	}
-}
-
-// Defaults of Config.
-const (
-	// DefaultHeartbeat is how often an instance renews its heartbeats when
-	// Config.Heartbeat is zero.
-	DefaultHeartbeat = 5 * time.Second
-	// DefaultHeartbeatTTL is the lifetime of a heartbeat when both
-	// Config.Heartbeat and Config.HeartbeatTTL are zero: four heartbeats.
-	DefaultHeartbeatTTL = 4 * DefaultHeartbeat
-	// MomentRetention is how many HeartbeatTTLs a moment's row is kept
-	// after it fired. An instance reaching a moment more than a
-	// HeartbeatTTL late skips it, so it never needs a pruned row.
-	MomentRetention = 10
-)
-
-// Config sets up a Scheduler. The zero value is usable: every field has a
-// default.
-type Config struct {
-	// Instance names this instance in the heartbeats table; it must be
-	// unique among the instances sharing the database: Start fails with
-	// ErrDuplicateInstance when another live scheduler holds it, and waits
-	// for the hold of one that died to expire (see Start). Default: host
-	// name, process id and a random suffix.
-	Instance string
-	// Workers is how many runs an EveryWorker schedule has per moment on
-	// this instance. Zero means runtime.NumCPU(); negative is refused.
-	Workers int
-	// Clock tells the time and paces heartbeats and moments. Nil means
-	// clock.Host. With clock.Database, heartbeat expiry is compared with
-	// the database's now().
-	Clock clock.Clock
-	// Heartbeat is how often this instance renews its heartbeats. It is
-	// also a share's lease: a share whose runner died is taken over by
-	// another instance between one and one and a third Heartbeats after its
-	// last renewal (running shares are renewed, and orphans looked for,
-	// every third of a Heartbeat). Zero means DefaultHeartbeat (5s);
-	// negative is refused.
-	Heartbeat time.Duration
-	// HeartbeatTTL is how long a heartbeat lasts: an instance that dies
-	// leaves the membership this long after its last heartbeat. Zero means
-	// four Heartbeats (20s by default); it must exceed Heartbeat.
-	HeartbeatTTL time.Duration
-	// Logger receives handler errors and panics (Error), skipped moments
-	// (Warn, or Info for SkipWhileBusy) and database errors. Nil means
-	// slog.Default().
-	Logger *slog.Logger
-}
-
 // ErrShareLost is the cause of a handler's cancelled context when its
 // share's lease could not be renewed in time (the database was unreachable
 // for a lease) or was taken over: another instance may run the share now.
 var ErrShareLost = errors.New("schedule: the share's lease was lost; another instance may run it")
 
-// ErrConfig marks a configuration or schedule refused by New or Add.
-var ErrConfig = errors.New("schedule: invalid configuration")
+// ErrInvalid marks an option or schedule refused by New or Add. It is the
+// module's one error of refused input: inbox.ErrInvalid and
+// lock.ErrInvalid are the same value.
+var ErrInvalid = config.ErrInvalid
 
 // Scheduler runs the schedules of one instance. Make it with New, add
 // schedules with Add, then Start it; Stop it when the instance shuts down so
@@ -270,11 +194,27 @@ func (e *entry) runners() int {
 }
 
 // New makes a Scheduler for one instance over db (a SQLite pool from
-// modernc.org/sqlite or a Postgres pool from pgx's stdlib). It checks cfg and
-// fills in its defaults; it touches no table until Start.
-func New(db *sql.DB, cfg Config) (*Scheduler, error) {
+// modernc.org/sqlite or a Postgres pool from pgx's stdlib). It refuses a nil
+// db and an option's value out of its bound with an error wrapping
+// ErrInvalid; it touches no table until Start.
+func New(db *sql.DB, opts ...Option) (*Scheduler, error) {
 	if db == nil {
-		return nil, fmt.Errorf("%w: nil *sql.DB", ErrConfig)
+		return nil, fmt.Errorf("schedule.New: %w: the *sql.DB is nil; give the pool the instances share", ErrInvalid)
+	}
+	cfg := newConfig{workers: runtime.NumCPU(), clock: clock.Host{}, beat: DefaultHeartbeat, logger: slog.Default()}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, fmt.Errorf("schedule.New: %w", err)
+		}
+	}
+	if cfg.ttl == 0 {
+		cfg.ttl = 4 * cfg.beat
+	}
+	if cfg.ttl <= cfg.beat {
+		return nil, fmt.Errorf("schedule.New: %w: HeartbeatTTL(%v) must exceed HeartbeatEvery(%v), or a live instance would drop out between its heartbeats", ErrInvalid, cfg.ttl, cfg.beat)
 	}
 	d, err := dialect.Detect(db)
 	if err != nil {
@@ -283,40 +223,19 @@ func New(db *sql.DB, cfg Config) (*Scheduler, error) {
 	s := &Scheduler{
 		db:      db,
 		d:       d,
-		clk:     clock.OrHost(cfg.Clock),
-		log:     cfg.Logger,
-		name:    cfg.Instance,
-		workers: cfg.Workers,
-		beat:    cfg.Heartbeat,
-		ttl:     cfg.HeartbeatTTL,
+		clk:     cfg.clock,
+		log:     cfg.logger,
+		name:    cfg.instance,
+		workers: cfg.workers,
+		beat:    cfg.beat,
+		ttl:     cfg.ttl,
+		lease:   cfg.beat,
 		byName:  map[string]*entry{},
 		token:   randomToken(),
 		held:    map[shareKey]*heldShare{},
 	}
-	if s.log == nil {
-		s.log = slog.Default()
-	}
 	if s.name == "" {
 		s.name = defaultInstance()
-	}
-	switch {
-	case s.workers < 0:
-		return nil, fmt.Errorf("%w: Workers is %d; use 0 for one per core, or at least 1", ErrConfig, s.workers)
-	case s.workers == 0:
-		s.workers = runtime.NumCPU()
-	}
-	switch {
-	case s.beat < 0:
-		return nil, fmt.Errorf("%w: Heartbeat is %v; use 0 for the default %v, or a positive interval", ErrConfig, s.beat, DefaultHeartbeat)
-	case s.beat == 0:
-		s.beat = DefaultHeartbeat
-	}
-	if s.ttl == 0 {
-		s.ttl = 4 * s.beat
-	}
-	s.lease = s.beat
-	if s.ttl <= s.beat {
-		return nil, fmt.Errorf("%w: HeartbeatTTL %v must exceed Heartbeat %v, or a live instance would drop out between its heartbeats", ErrConfig, s.ttl, s.beat)
 	}
 	enc := dialect.EncodingFor(d.Kind, "TEXT")
 	s.times = dialect.Times{Kind: d.Kind, Encoding: enc, InDatabase: clock.InDatabase(s.clk)}
@@ -331,24 +250,24 @@ func (s *Scheduler) Name() string { return s.name }
 // same on every instance that shares it), when it fires, where it runs and
 // what it runs. Every instance that should take part in a schedule adds it
 // with the same name, spec and placement. Add is refused after Start.
-func (s *Scheduler) Add(name string, spec Spec, placement Placement, handler Handler, opts ...Option) error {
+func (s *Scheduler) Add(name string, spec Spec, placement Placement, handler Handler, opts ...AddOption) error {
 	if name == "" {
-		return fmt.Errorf("%w: schedule name is empty", ErrConfig)
+		return fmt.Errorf("%w: schedule name is empty", ErrInvalid)
 	}
 	if len(name) > 200 {
-		return fmt.Errorf("%w: schedule name %.40q... is longer than 200 bytes", ErrConfig, name)
+		return fmt.Errorf("%w: schedule name %.40q... is longer than 200 bytes", ErrInvalid, name)
 	}
 	m, err := spec.compile(s.clk.Now())
 	if err != nil {
-		return fmt.Errorf("%w: schedule %q: %w", ErrConfig, name, err)
+		return fmt.Errorf("%w: schedule %q: %w", ErrInvalid, name, err)
 	}
 	switch placement {
 	case One, EveryInstance, EveryWorker:
 	default:
-		return fmt.Errorf("%w: schedule %q: unknown placement %v; use One, EveryInstance or EveryWorker", ErrConfig, name, placement)
+		return fmt.Errorf("%w: schedule %q: unknown placement %v; use One, EveryInstance or EveryWorker", ErrInvalid, name, placement)
 	}
 	if handler == nil {
-		return fmt.Errorf("%w: schedule %q: nil handler", ErrConfig, name)
+		return fmt.Errorf("%w: schedule %q: nil handler", ErrInvalid, name)
 	}
 	e := &entry{name: name, spec: spec, moments: m, placement: placement, handler: handler, workers: s.workers, loc: m.zone()}
 	for _, o := range opts {
@@ -356,16 +275,16 @@ func (s *Scheduler) Add(name string, spec Spec, placement Placement, handler Han
 			continue
 		}
 		if err := o(e); err != nil {
-			return fmt.Errorf("%w: schedule %q: %w", ErrConfig, name, err)
+			return fmt.Errorf("%w: schedule %q: %w", ErrInvalid, name, err)
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state != 0 {
-		return fmt.Errorf("%w: schedule %q: Add after Start; add every schedule before the Scheduler starts", ErrConfig, name)
+		return fmt.Errorf("%w: schedule %q: Add after Start; add every schedule before the Scheduler starts", ErrInvalid, name)
 	}
 	if _, dup := s.byName[name]; dup {
-		return fmt.Errorf("%w: schedule %q is already added", ErrConfig, name)
+		return fmt.Errorf("%w: schedule %q is already added", ErrInvalid, name)
 	}
 	s.byName[name] = e
 	s.entries = append(s.entries, e)
@@ -391,5 +310,5 @@ func defaultInstance() string {
 }
 
 // ErrDuplicateInstance marks a Start refused because another live
-// scheduler already runs under the same Config.Instance.
+// scheduler already runs under the same Instance.
 var ErrDuplicateInstance = errors.New("schedule: instance name already in use")

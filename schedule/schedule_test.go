@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/internal/config"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 	"github.com/sqlinbox/sqlinbox/schedule"
 )
@@ -192,7 +193,7 @@ func TestSkipWhileBusy(t *testing.T) {
 			eachDatabase(t, func(t *testing.T, open opener) {
 				c := newCluster(t, open)
 				release := make(chan struct{})
-				var opts []schedule.Option
+				var opts []schedule.AddOption
 				if skip {
 					opts = append(opts, schedule.SkipWhileBusy())
 				}
@@ -308,23 +309,40 @@ func TestBadInput(t *testing.T) {
 	defer db.Close()
 	nop := func(context.Context, schedule.Run) error { return nil }
 
-	for _, cfg := range []struct {
-		cfg  schedule.Config
-		want string
+	// Every option of New refuses a value out of its bound, naming the
+	// option, the value and the bound, and no scheduler is made.
+	for _, tc := range []struct {
+		opts []schedule.Option
+		want []string
 	}{
-		{schedule.Config{Workers: -1}, "Workers is -1"},
-		{schedule.Config{Heartbeat: -time.Second}, "Heartbeat is -1s"},
-		{schedule.Config{Heartbeat: time.Minute, HeartbeatTTL: time.Minute}, "HeartbeatTTL 1m0s must exceed Heartbeat 1m0s"},
+		{[]schedule.Option{schedule.Instance("")}, []string{`Instance("")`, "unique"}},
+		{[]schedule.Option{schedule.DefaultWorkers(0)}, []string{"DefaultWorkers(0)", "at least 1"}},
+		{[]schedule.Option{schedule.DefaultWorkers(-1)}, []string{"DefaultWorkers(-1)", "at least 1"}},
+		{[]schedule.Option{schedule.WithClock(nil)}, []string{"WithClock(nil)"}},
+		{[]schedule.Option{schedule.HeartbeatEvery(0)}, []string{"HeartbeatEvery(0s)", "at least 3ms"}},
+		{[]schedule.Option{schedule.HeartbeatEvery(-time.Second)}, []string{"HeartbeatEvery(-1s)", "at least 3ms"}},
+		{[]schedule.Option{schedule.HeartbeatEvery(time.Millisecond)}, []string{"HeartbeatEvery(1ms)", "at least 3ms"}},
+		{[]schedule.Option{schedule.HeartbeatTTL(0)}, []string{"HeartbeatTTL(0s)", "more than HeartbeatEvery"}},
+		{[]schedule.Option{schedule.HeartbeatTTL(time.Second)}, []string{"HeartbeatTTL(1s) must exceed HeartbeatEvery(5s)"}},
+		{[]schedule.Option{schedule.HeartbeatEvery(time.Minute), schedule.HeartbeatTTL(time.Minute)}, []string{"HeartbeatTTL(1m0s) must exceed HeartbeatEvery(1m0s)"}},
+		{[]schedule.Option{schedule.WithLogger(nil)}, []string{"WithLogger(nil)"}},
 	} {
-		if _, err := schedule.New(db, cfg.cfg); err == nil || !errors.Is(err, schedule.ErrConfig) || !strings.Contains(err.Error(), cfg.want) {
-			t.Errorf("New(%+v) = %v, want an ErrConfig naming %q", cfg.cfg, err, cfg.want)
+		s, err := schedule.New(db, tc.opts...)
+		if s != nil || !errors.Is(err, schedule.ErrInvalid) || !errors.Is(err, config.ErrInvalid) {
+			t.Errorf("New(%s): %v, %v; want no scheduler and an error wrapping ErrInvalid", tc.want[0], s, err)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("New(%s): %q does not say %q", tc.want[0], err, w)
+			}
 		}
 	}
-	if _, err := schedule.New(nil, schedule.Config{}); err == nil {
-		t.Error("New(nil) accepted")
+	if s, err := schedule.New(nil); s != nil || !errors.Is(err, schedule.ErrInvalid) {
+		t.Errorf("New(nil) = %v, %v; want ErrInvalid", s, err)
 	}
 
-	s, err := schedule.New(db, schedule.Config{})
+	s, err := schedule.New(db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +354,7 @@ func TestBadInput(t *testing.T) {
 		spec      schedule.Spec
 		placement schedule.Placement
 		handler   schedule.Handler
-		opts      []schedule.Option
+		opts      []schedule.AddOption
 		want      string
 	}{
 		{"ok", schedule.Every(time.Second), schedule.One, nop, nil, `schedule "ok" is already added`},
@@ -351,14 +369,14 @@ func TestBadInput(t *testing.T) {
 		{"tznospace", schedule.Cron("TZ=UTC", ""), schedule.One, nop, nil, `zone argument`},
 		{"atevery", schedule.Cron("@every 1m", ""), schedule.One, nop, nil, `use schedule.Every`},
 		{"never", schedule.Cron("0 0 30 2 *", ""), schedule.One, nop, nil, `never fires`},
-		{"workers", schedule.Every(time.Second), schedule.EveryWorker, nop, []schedule.Option{schedule.Workers(0)}, `schedule "workers": Workers(0): must be at least 1`},
+		{"workers", schedule.Every(time.Second), schedule.EveryWorker, nop, []schedule.AddOption{schedule.Workers(0)}, `schedule "workers": Workers(0): must be at least 1`},
 		{"place", schedule.Every(time.Second), schedule.Placement(9), nop, nil, `schedule "place": unknown placement`},
 		{"nohandler", schedule.Every(time.Second), schedule.One, nil, nil, `schedule "nohandler": nil handler`},
 		{"", schedule.Every(time.Second), schedule.One, nop, nil, `schedule name is empty`},
 	} {
 		err := s.Add(tc.name, tc.spec, tc.placement, tc.handler, tc.opts...)
-		if err == nil || !errors.Is(err, schedule.ErrConfig) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Add(%q, %v) = %v, want an ErrConfig containing %q", tc.name, tc.spec, err, tc.want)
+		if err == nil || !errors.Is(err, schedule.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Add(%q, %v) = %v, want an ErrInvalid containing %q", tc.name, tc.spec, err, tc.want)
 		}
 	}
 }
@@ -370,7 +388,7 @@ func TestStartWithoutTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	s, err := schedule.New(db, schedule.Config{Instance: "x"})
+	s, err := schedule.New(db, schedule.Instance("x"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +400,7 @@ func TestStartWithoutTables(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	s2, _ := schedule.New(db, schedule.Config{})
+	s2, _ := schedule.New(db)
 	_ = s2.Add("a", schedule.Every(time.Second), schedule.One, func(context.Context, schedule.Run) error { return nil })
 	if err := s2.Start(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Start with a cancelled context = %v, want context.Canceled", err)
@@ -408,7 +426,7 @@ func TestDatabaseClock(t *testing.T) {
 	eachDatabase(t, func(t *testing.T, open opener) {
 		runs := make(chan schedule.Run, 1000)
 		for _, name := range []string{"a", "b"} {
-			s, err := schedule.New(open(t), schedule.Config{Instance: name, Clock: clock.Database{}, Heartbeat: time.Second})
+			s, err := schedule.New(open(t), schedule.Instance(name), schedule.WithClock(clock.Database{}), schedule.HeartbeatEvery(time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -133,6 +133,22 @@ type config struct {
 	Report func(Packing)
 }
 
+// scheduleOptions turns the zero-means-default fields of c into the
+// schedule's options, which refuse zero values.
+func (c config) scheduleOptions(instance string) []schedule.Option {
+	opts := []schedule.Option{schedule.Instance(instance)}
+	if c.Workers > 0 {
+		opts = append(opts, schedule.DefaultWorkers(c.Workers))
+	}
+	if c.Clock != nil {
+		opts = append(opts, schedule.WithClock(c.Clock))
+	}
+	if c.Heartbeat > 0 {
+		opts = append(opts, schedule.HeartbeatEvery(c.Heartbeat))
+	}
+	return opts
+}
+
 // shop is the instances running in this process.
 type shop struct {
 	// Handler serves the instances behind a round robin.
@@ -191,18 +207,18 @@ func start(ctx context.Context, cfg config) (_ *shop, err error) {
 				}
 			}
 		}
-		store, err := lock.NewSQL(ctx, db, lock.SQLOptions{})
+		store, err := lock.NewSQL(ctx, db)
 		if err != nil {
 			return nil, err
 		}
 		s.closers = append(s.closers, store.Close)
-		l, err := lock.New(store, lock.Config{Namespace: "shop"})
+		l, err := lock.New(store, lock.Namespace("shop"))
 		if err != nil {
 			return nil, err
 		}
 		handlers = append(handlers, (&Shop{Name: name, DB: db, SQL: s.SQL, Locker: l, Invoices: cfg.Invoices, Payments: cfg.Payments}).Handler())
 
-		sched, err := schedule.New(db, schedule.Config{Instance: name, Workers: cfg.Workers, Clock: cfg.Clock, Heartbeat: cfg.Heartbeat})
+		sched, err := schedule.New(db, cfg.scheduleOptions(name)...)
 		if err != nil {
 			return nil, err
 		}

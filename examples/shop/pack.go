@@ -163,7 +163,7 @@ func (p *packer) orders(ctx context.Context, r schedule.Run) ([]int64, error) {
 // and with it what each worker owns), or any other code that must keep the
 // order still: the order is left to a later moment.
 func (p *packer) packOne(ctx context.Context, r schedule.Run, order int64) (outcome, error) {
-	h, ok, err := p.locker.Take(ctx, fmt.Sprintf("order:%d", order), lock.Options{TTL: PackLockTTL})
+	h, ok, err := p.locker.Take(ctx, fmt.Sprintf("order:%d", order), lock.TTL(PackLockTTL))
 	if err != nil {
 		return 0, fmt.Errorf("pack_orders: lock order %d: %w", order, err)
 	}

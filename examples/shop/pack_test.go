@@ -207,16 +207,16 @@ func TestPackOrdersLeavesLockedOrder(t *testing.T) {
 		}
 		// Another program of the shop (its own pool, its own locker) holds
 		// order 7 (worker 3's share).
-		store, err := lock.NewSQL(ctx, inboxtest.Open(t, dbURL), lock.SQLOptions{})
+		store, err := lock.NewSQL(ctx, inboxtest.Open(t, dbURL))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { store.Close() })
-		other, err := lock.New(store, lock.Config{Namespace: "shop"})
+		other, err := lock.New(store, lock.Namespace("shop"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, ok, err := other.Take(ctx, "order:7", lock.Options{TTL: time.Hour})
+		h, ok, err := other.Take(ctx, "order:7", lock.TTL(time.Hour))
 		if err != nil || !ok {
 			t.Fatalf("take order:7: %v %v", ok, err)
 		}

@@ -72,7 +72,7 @@ func (s *Shop) sendInvoice(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// No wait: a second call for the same order is told at once.
-	h, ok, err := s.Locker.Take(r.Context(), fmt.Sprintf("invoice:%d", order), lock.Options{TTL: time.Minute})
+	h, ok, err := s.Locker.Take(r.Context(), fmt.Sprintf("invoice:%d", order), lock.TTL(time.Minute))
 	switch {
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -115,12 +115,8 @@ func (s *Shop) chargePayment(w http.ResponseWriter, r *http.Request) {
 	}
 	order := strconv.FormatInt(id, 10)
 	start := time.Now()
-	h, _, err := s.Locker.Take(r.Context(), "payment-service", lock.Options{
-		MaxHolders:  PaymentPlaces,
-		Wait:        ChargeWait,
-		TTL:         time.Minute,
-		MustAcquire: true,
-	})
+	h, _, err := s.Locker.Take(r.Context(), "payment-service",
+		lock.MaxHolders(PaymentPlaces), lock.Wait(ChargeWait), lock.TTL(time.Minute), lock.MustAcquire())
 	switch {
 	case errors.Is(err, lock.ErrNotAcquired):
 		http.Error(w, fmt.Sprintf("order %s: the payment service stayed busy: %v", order, err), http.StatusServiceUnavailable)

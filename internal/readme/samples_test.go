@@ -68,17 +68,16 @@ func installTrigger(ctx context.Context, db *sql.DB) error {
 
 // README, "Locks".
 func takeLock(ctx context.Context, db *sql.DB) error {
-	store, err := lock.NewSQL(ctx, db, lock.SQLOptions{}) // after migrations.ApplyLocks(ctx, db)
+	store, err := lock.NewSQL(ctx, db) // after migrations.ApplyLocks(ctx, db)
 	if err != nil {
 		return err
 	}
-	locker, err := lock.New(store, lock.Config{Namespace: "shop"})
+	locker, err := lock.New(store, lock.Namespace("shop"))
 	if err != nil {
 		return err
 	}
-	h, ok, err := locker.Take(ctx, "payment-service", lock.Options{
-		MaxHolders: 3, Wait: 20 * time.Second, TTL: time.Minute,
-	})
+	h, ok, err := locker.Take(ctx, "payment-service",
+		lock.MaxHolders(3), lock.Wait(20*time.Second), lock.TTL(time.Minute))
 	if err != nil {
 		return err
 	}
@@ -107,7 +106,7 @@ func report(ctx context.Context, r schedule.Run) error {
 
 // README, "Schedules".
 func runSchedules(ctx context.Context, db *sql.DB, started chan<- struct{}) error {
-	s, err := schedule.New(db, schedule.Config{}) // Workers: one per core; Clock: the host's
+	s, err := schedule.New(db) // options: Instance, DefaultWorkers (one per core), WithClock (the host's)...
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,8 @@ import (
 	"github.com/sqlinbox/sqlinbox/internal/claim"
 )
 
-// TxHandler handles one row inside a transaction on the broker's pool. The
+// TxHandler handles one row inside a transaction on the broker's pool (in
+// the row-lock and advisory forms, on the connection that holds the row). The
 // row's acknowledgement (its fenced delete) is made in the same
 // transaction: return nil and the handler's writes and the ack commit
 // together; return an error (or panic) and both roll back, and the row is
@@ -21,13 +22,15 @@ import (
 // Don't commit or roll back tx yourself.
 type TxHandler[T any] func(ctx context.Context, tx *sql.Tx, row T) error
 
-// SubscribeTx is Subscribe for a TxHandler. It runs on the lease form (the
-// default) and the row-lock form, where the transaction given is the one
-// that holds the row: the ack deletes the row and commits it, and a
-// failure rolls the handler's writes back to a savepoint taken before it
-// ran. On SQLite each handling holds the database's one write lock
-// from its first statement to its commit, so handlings of a broker run one
-// at a time there.
+// SubscribeTx is Subscribe for a TxHandler. It runs on every form. In the
+// row-lock form the transaction given is the one that holds the row: the
+// ack deletes the row and commits it, and a failure rolls the handler's
+// writes back to a savepoint taken before it ran. In the advisory form it
+// is a transaction on the session that holds the row's lock, unlocked once
+// it has committed; each claim then takes one row, so each job in work
+// holds a connection. On SQLite each handling holds the database's one
+// write lock from its first statement to its commit, so handlings of a
+// broker run one at a time there.
 func SubscribeTx[T any](b *Broker, q Queue[T], h TxHandler[T], opts ...SubOption) (*Subscription, error) {
 	if h == nil {
 		return nil, fmt.Errorf("inbox: SubscribeTx to %q with a nil handler", q.table)
@@ -35,9 +38,6 @@ func SubscribeTx[T any](b *Broker, q Queue[T], h TxHandler[T], opts ...SubOption
 	sub, err := Subscribe(b, q, func(context.Context, T) error { return nil }, opts...)
 	if err != nil {
 		return nil, err
-	}
-	if name := sub.cfg.form.Name(); name != "lease" && name != "rowlock" {
-		return nil, fmt.Errorf("inbox: subscription %q: a transactional handler runs on the lease and row-lock forms, not %s", sub.cfg.name, name)
 	}
 	sub.handleJob = func(ctx context.Context, j *claim.Job) error {
 		return handleTx(ctx, b, j, func(ctx context.Context, tx *sql.Tx) error { return h(ctx, tx, *j.Value.(*T)) })
@@ -68,16 +68,25 @@ func handleTx(ctx context.Context, b *Broker, j *claim.Job, h func(context.Conte
 	if !ok {
 		return fmt.Errorf("inbox: row %d: its claim form cannot ack inside a transaction", j.ID)
 	}
-	// SQLite: the transaction takes the write lock at BEGIN (immediate);
-	// the broker's other writers queue for their turn meanwhile instead of
-	// meeting SQLITE_BUSY.
-	if err := b.writer.Lock(ctx); err != nil {
-		return err
-	}
-	defer b.writer.Unlock()
-	tx, err := b.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("inbox: row %d: begin the handler's transaction: %w", j.ID, err)
+	var tx *sql.Tx
+	if tb, ok := j.Settler.(claim.TxBeginner); ok {
+		// On the connection that holds the row (advisory); given back to
+		// the form after the rollback or commit below.
+		if tx, err = tb.BeginTx(ctx); err != nil {
+			return fmt.Errorf("inbox: %w", err)
+		}
+		defer tb.EndTx()
+	} else {
+		// SQLite: the transaction takes the write lock at BEGIN
+		// (immediate); the broker's other writers queue for their turn
+		// meanwhile instead of meeting SQLITE_BUSY.
+		if err := b.writer.Lock(ctx); err != nil {
+			return err
+		}
+		defer b.writer.Unlock()
+		if tx, err = b.db.BeginTx(ctx, nil); err != nil {
+			return fmt.Errorf("inbox: row %d: begin the handler's transaction: %w", j.ID, err)
+		}
 	}
 	done := false
 	defer func() {

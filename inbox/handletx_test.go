@@ -42,6 +42,7 @@ func sentRows(t *testing.T, b *inbox.Broker) int {
 func TestHandleTxCommitsWithTheAck(t *testing.T) {
 	eachDB(t, func(t *testing.T, url string) { handleTxCommits(t, url, lease.Form) })
 	t.Run("rowlock", func(t *testing.T) { handleTxCommits(t, inboxtest.Postgres(t), rowlock.Form) })
+	t.Run("advisory", func(t *testing.T) { handleTxCommits(t, inboxtest.Postgres(t), advisory.Form) })
 }
 
 func handleTxCommits(t *testing.T, url string, form claim.Form) {
@@ -124,6 +125,7 @@ func TestHandleTxLostLeaseCannotCommit(t *testing.T) {
 func TestHandleTxPanicRollsBack(t *testing.T) {
 	eachDB(t, func(t *testing.T, url string) { handleTxPanic(t, url, lease.Form) })
 	t.Run("rowlock", func(t *testing.T) { handleTxPanic(t, inboxtest.Postgres(t), rowlock.Form) })
+	t.Run("advisory", func(t *testing.T) { handleTxPanic(t, inboxtest.Postgres(t), advisory.Form) })
 }
 
 func handleTxPanic(t *testing.T, url string, form claim.Form) {
@@ -154,11 +156,77 @@ func handleTxPanic(t *testing.T, url string, form claim.Form) {
 	}
 }
 
-// The advisory form is refused at subscribe.
-func TestHandleTxRefusesAdvisory(t *testing.T) {
-	b := open(t, inboxtest.Postgres(t))
-	_, err := inbox.SubscribeTx(b, inbox.MustQueue[Job]("jobs"), func(context.Context, *sql.Tx, Job) error { return nil }, inbox.Form(advisory.Form))
-	if err == nil || !strings.Contains(err.Error(), "lease and row-lock forms") {
-		t.Fatalf("SubscribeTx on the advisory form: %v", err)
+// In the forms whose hold is a connection, the handler's transaction runs
+// on it: when that session ends before the commit, the handler's write
+// ends with it (the hold is gone, another claim may take the row), and
+// the row's next handling writes the one effect.
+func TestHandleTxSessionEndsBeforeCommit(t *testing.T) {
+	for _, form := range []claim.Form{rowlock.Form, advisory.Form} {
+		t.Run(form.Name(), func(t *testing.T) {
+			b := openSent(t, inboxtest.Postgres(t))
+			q := inbox.MustQueue[Job]("jobs")
+			if _, err := inbox.Publish(context.Background(), b, q, Job{Payload: []byte("x")}); err != nil {
+				t.Fatal(err)
+			}
+			ev := inboxtest.NewEvents(t)
+			sub, err := inbox.SubscribeTx(b, q, func(ctx context.Context, tx *sql.Tx, j Job) error {
+				if _, err := tx.ExecContext(ctx, "INSERT INTO sent (job, attempt) VALUES ($1, $2)", j.ID, j.Attempts); err != nil {
+					return err
+				}
+				if j.Attempts > 1 {
+					return nil
+				}
+				var pid int
+				if err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+					return err
+				}
+				_, err := b.DB().ExecContext(ctx, "SELECT pg_terminate_backend($1)", pid)
+				return err
+			}, ev.Observe(), inbox.Form(form), inbox.Workers(2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			inboxtest.RunSubscription(t, sub)
+			ev.Wait("the row acked", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) == 1 })
+			var n, attempt int
+			if err := b.DB().QueryRow("SELECT count(*), max(attempt) FROM sent").Scan(&n, &attempt); err != nil {
+				t.Fatal(err)
+			}
+			if n != 1 || attempt != 2 {
+				t.Fatalf("%d effects (last of attempt %d), want one, of attempt 2: the first handling's write outlived its session", n, attempt)
+			}
+			if left := rowsIn(t, b); left != 0 {
+				t.Fatalf("%d rows left", left)
+			}
+		})
+	}
+}
+
+// A row deleted by someone who ignores the advisory lock: the handler's
+// transaction finds nothing to ack and rolls back, reported lost.
+func TestHandleTxAdvisoryRowGone(t *testing.T) {
+	b := openSent(t, inboxtest.Postgres(t))
+	q := inbox.MustQueue[Job]("jobs")
+	if _, err := inbox.Publish(context.Background(), b, q, Job{Payload: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	ev := inboxtest.NewEvents(t)
+	sub, err := inbox.SubscribeTx(b, q, func(ctx context.Context, tx *sql.Tx, j Job) error {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO sent (job, attempt) VALUES ($1, $2)", j.ID, j.Attempts); err != nil {
+			return err
+		}
+		_, err := b.DB().ExecContext(ctx, "DELETE FROM jobs WHERE id = $1", j.ID)
+		return err
+	}, ev.Observe(), inbox.Form(advisory.Form))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inboxtest.RunSubscription(t, sub)
+	ev.Wait("the handling", func(e []inbox.Event) bool { return len(e) == 1 })
+	if e := ev.All()[0]; e.Outcome != inbox.Lost || !errors.Is(e.Err, inbox.ErrHoldLost) && !strings.Contains(e.Err.Error(), "lost") {
+		t.Fatalf("outcome %v (%v), want lost", e.Outcome, e.Err)
+	}
+	if n := sentRows(t, b); n != 0 {
+		t.Fatalf("a handling whose row was gone committed %d effects", n)
 	}
 }

@@ -43,8 +43,7 @@ func openPriority(t *testing.T, url string, withIndex bool, opts ...inbox.Option
 	return b
 }
 
-// Claims take rows by priority, then id, on every form that takes
-// priorities. One worker claims one row at a time, and the poll is an hour:
+// Claims take rows by priority, then id, on every form. One worker claims one row at a time, and the poll is an hour:
 // a claim that resumed at the last id it took (as claims without
 // priorities do) would pass over the rows of later priorities with smaller
 // ids, and the drain would stall.
@@ -53,7 +52,7 @@ func TestPriorityOrder(t *testing.T) {
 		name string
 		form claim.Form
 		pg   bool
-	}{{"lease", lease.Form, false}, {"rowlock", rowlock.Form, true}}
+	}{{"lease", lease.Form, false}, {"rowlock", rowlock.Form, true}, {"advisory", advisory.Form, true}}
 	for _, f := range forms {
 		t.Run(f.name, func(t *testing.T) {
 			eachDB(t, func(t *testing.T, url string) {
@@ -103,8 +102,7 @@ func TestPriorityOrder(t *testing.T) {
 	}
 }
 
-// A priority without its index is refused with the DDL; the advisory form
-// refuses a table with priorities.
+// A priority without its index is refused with the DDL.
 func TestPriorityRefusals(t *testing.T) {
 	eachDB(t, func(t *testing.T, url string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -121,15 +119,6 @@ func TestPriorityRefusals(t *testing.T) {
 		var te *inbox.TableError
 		if !errors.As(err, &te) || te.Column != "priority" || !strings.Contains(err.Error(), `CREATE INDEX "jobs_priority_id" ON "jobs" ("priority", "id")`) {
 			t.Fatalf("Run = %v, want a TableError asking for the index", err)
-		}
-		if !strings.HasPrefix(url, "postgres") {
-			return
-		}
-		if _, err := b.DB().Exec("CREATE INDEX jobs_priority_id ON jobs (priority, id)"); err != nil {
-			t.Fatal(err)
-		}
-		if err := run(inbox.MustQueue[Urgent]("jobs"), inbox.Form(advisory.Form)); err == nil || !strings.Contains(err.Error(), "priority") {
-			t.Fatalf("advisory form on a table with priorities: %v", err)
 		}
 	})
 }

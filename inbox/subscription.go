@@ -244,7 +244,7 @@ func (s *Subscription) check(ctx context.Context) error {
 		return err
 	}
 	env := iclaim.Env{DB: s.b.db, Stmts: s.b.stmts, Writer: s.b.writer, Dialect: s.b.d, Table: t, SQL: s.b.d.Inbox(t.Table, t.Times), Clock: s.b.clock,
-		Lease: s.cfg.lease, Rescan: s.b.poll, Conns: s.b.claimConns(), Budget: s.b.budget}
+		Lease: s.cfg.lease, Rescan: s.b.poll, Conns: s.b.claimConns(), Budget: s.b.budget, Transactional: s.handleJob != nil}
 	if s.grouped {
 		env.Group = s.group
 	}

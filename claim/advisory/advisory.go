@@ -55,11 +55,6 @@ func (f form) New(env claim.Env) (claim.Claimer, error) {
 	if err := claim.CheckEnv(f, env); err != nil {
 		return nil, err
 	}
-	if env.Table.Priority != "" {
-		// Its walk resumes after the last id it tried, which priority
-		// order would pass over.
-		return nil, fmt.Errorf("advisory form on %q: the table has a priority column, and this form takes rows in id order only: use lease.Form or rowlock.Form", env.Table.Unquoted)
-	}
 	return &claimer{env: env, class: Class(env.Table.Unquoted)}, nil
 }
 
@@ -88,8 +83,14 @@ type claimer struct {
 }
 
 // Traits: one claim takes a row for every free worker, all on one pinned
-// connection.
-func (c *claimer) Traits() claim.Traits { return claim.Traits{PinsConnection: true} }
+// connection; for a transactional handler one row, since its transaction
+// has the claim's connection to itself while it runs (see BeginTx).
+func (c *claimer) Traits() claim.Traits {
+	if c.env.Transactional {
+		return claim.Traits{RowsPerClaim: 1, PinsConnection: true}
+	}
+	return claim.Traits{PinsConnection: true}
+}
 
 // Held counts pinned connections, claims in flight included.
 func (c *claimer) Held() int { return int(c.held.Load()) }
@@ -125,7 +126,7 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	// the ones claims look at first, are exactly those being finished. Such
 	// a round does not mean the table is empty: look again.
 	var jobs []*claim.Job
-	after := int64(math.MinInt64)
+	after := cursor{pri: math.MinInt32, id: math.MinInt64}
 	for round := 0; round < maxRounds && len(jobs) < max; round++ {
 		ids, err := c.lock(ctx, conn, max-len(jobs), &after)
 		if err != nil {
@@ -179,11 +180,17 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	return jobs, nil
 }
 
-// lock tries locks on available rows above *after until it holds max or
+// cursor is the last row a claim tried, in claim order: priority (0 on a
+// table without priorities), then id.
+type cursor struct{ pri, id int64 }
+
+func (a cursor) less(b cursor) bool { return a.pri < b.pri || a.pri == b.pri && a.id < b.id }
+
+// lock tries locks on available rows after *after until it holds max or
 // the table has no more candidates, and returns the ids it holds. It moves
 // *after past every row it tried: a session may take its own advisory lock
 // again (the locks count), so a claim must never try one row twice.
-func (c *claimer) lock(ctx context.Context, conn *sql.Conn, max int, after *int64) ([]int64, error) {
+func (c *claimer) lock(ctx context.Context, conn *sql.Conn, max int, after *cursor) ([]int64, error) {
 	e := &c.env
 	var ids []int64
 	for round := 0; len(ids) < max; round++ {
@@ -195,24 +202,26 @@ func (c *claimer) lock(ctx context.Context, conn *sql.Conn, max int, after *int6
 		// a few rounds (the walk ends at the table's end in any case).
 		try := min((2*want+walkSlack)<<min(round, 8), maxWalk)
 		rows, err := conn.QueryContext(ctx, e.SQL.LockAvailable,
-			e.Table.Times.Arg(e.Clock.Now(), 0), want, e.Group, c.class, *after, try)
+			e.Table.Times.Arg(e.Clock.Now(), 0), want, e.Group, c.class, after.id, try, after.pri)
 		if err != nil {
 			return nil, c.fail("lock", err)
 		}
 		tried := 0
 		for rows.Next() {
 			var (
-				id     int64
+				at     cursor
 				locked bool
 			)
-			if err := rows.Scan(&id, &locked); err != nil {
+			if err := rows.Scan(&at.id, &locked, &at.pri); err != nil {
 				rows.Close()
 				return nil, c.fail("lock", err)
 			}
 			tried++
-			*after = max64(*after, id)
+			if after.less(at) {
+				*after = at
+			}
 			if locked {
-				ids = append(ids, id)
+				ids = append(ids, at.id)
 			}
 		}
 		if err := rows.Err(); err != nil {
@@ -251,11 +260,4 @@ func (c *claimer) reread(ctx context.Context, conn *sql.Conn, ids []int64) ([]*c
 		return nil, c.fail("read locked rows", err)
 	}
 	return jobs, nil
-}
-
-func max64(a, b int64) int64 {
-	if a > b {
-		return a
-	}
-	return b
 }

@@ -95,6 +95,7 @@ type held struct {
 	p    *pin
 	id   int64
 	done bool // guarded by p.mu
+	inTx bool // deleted by the handler's transaction (tx.go); guarded by p.mu
 }
 
 // settle queues the job's settlement on its pin and waits for it: one
@@ -358,6 +359,9 @@ func orErr(a, b error) error {
 
 // Ack deletes the row, then unlocks it once the delete has committed.
 func (h *held) Ack(ctx context.Context) error {
+	if h.ackedInTx() {
+		return h.settle(ctx, "unlock", "")
+	}
 	return h.settle(ctx, "ack", h.p.c.env.SQL.Delete, h.id)
 }
 

@@ -161,6 +161,9 @@ type Env struct {
 	Clock   clock.Clock
 	// Group is the group claimed, nil for the whole table.
 	Group any
+	// Transactional: the subscription's handler runs in a transaction the
+	// form may have to open on its hold's connection (see TxBeginner).
+	Transactional bool
 	// Lease is how long a claim holds a row in the lease form.
 	Lease time.Duration
 	// Rescan is the longest a form that starts its claims at a Mark (lease,

@@ -29,3 +29,15 @@ type TxAcker interface {
 type TxLender interface {
 	LendTx() *sql.Tx
 }
+
+// TxBeginner is a TxAcker whose hold is a session (the advisory form):
+// the handler's transaction must run on the connection that holds the
+// row's lock, so that the lock cannot end (and another session take the
+// row) while the transaction may still commit. BeginTx opens it there and
+// keeps the form's own statements off the connection; EndTx, called once
+// tx has committed or rolled back, gives the connection back to them.
+type TxBeginner interface {
+	TxAcker
+	BeginTx(ctx context.Context) (*sql.Tx, error)
+	EndTx()
+}

@@ -49,11 +49,14 @@ type InboxSQL struct {
 	// (pg_prepared_statements: custom_plans only), 12% of the machine's CPU
 	// in a row-lock drain.
 	SelectAvailable string
-	// LockAvailable walks the available rows with id above $5 in id order
-	// and tries an advisory lock on each, until it holds $2 or has tried
-	// $6, and returns one row (id, locked) per row tried: $1 now, $2 limit,
-	// $3 group, $4 the table's lock class (a non-negative int4), $5 the last
-	// id already seen, $6 the most rows to try. The lock key is (class, id
+	// LockAvailable walks the available rows after the last one seen in
+	// claim order (id, or priority then id) and tries an advisory lock on
+	// each, until it holds $2 or has tried $6, and returns one row (id,
+	// locked, priority) per row tried: $1 now, $2 limit, $3 group, $4 the
+	// table's lock class (a non-negative int4), $5 the id and $7 the
+	// priority (int4; math.MinInt32 to start) of the last row already seen,
+	// $6 the most rows to try. Without a priority column $7 is unused and
+	// the priority returned is 0. The lock key is (class, id
 	// mod 2^32 as int4): ids that collide wait for each other, they never
 	// share a holder. A row comes back with locked false when another
 	// session holds it; $6 rows back and fewer than $2 locked mean there
@@ -237,17 +240,27 @@ FROM %[2]s WHERE TRUE%[4]s`, lu, t.Name, tm.At(1), group(3)))
 		// by the caller and none can leak. No pg_locks read: that view takes
 		// every lock-manager partition lock, which costs more the busier the
 		// database is (0.05 ms idle, 1 to 4 ms during a drain here).
-		s.LockAvailable = fmt.Sprintf(`WITH RECURSIVE walk(id, locked, got, steps) AS (
-	SELECT $5::bigint, false, 0, 0
+		// With priorities each step reads the next row after (priority,
+		// id) on the (priority, id) index, a row comparison it serves as
+		// one probe: the column is NOT NULL (the table check asks for it),
+		// so the comparison never meets a NULL.
+		pri, next, order := "0", fmt.Sprintf("%s > w.id", t.ID), t.ID
+		if t.Priority != "" {
+			pri = t.Priority + "::int"
+			next = fmt.Sprintf("(%s, %s) > (w.pri, w.id)", t.Priority, t.ID)
+			order = t.Priority + ", " + t.ID
+		}
+		s.LockAvailable = fmt.Sprintf(`WITH RECURSIVE walk(id, pri, locked, got, steps) AS (
+	SELECT $5::bigint, $7::int, false, 0, 0
 	UNION ALL
-	SELECT n.id, pg_try_advisory_lock($4::int, (n.id %% 4294967296)::bigint::bit(32)::int), w.got + w.locked::int, w.steps + 1
+	SELECT n.id, n.pri, pg_try_advisory_lock($4::int, (n.id %% 4294967296)::bigint::bit(32)::int), w.got + w.locked::int, w.steps + 1
 	FROM walk w CROSS JOIN LATERAL (
-		SELECT %s AS id FROM %s WHERE %s%s AND %s > w.id ORDER BY %s LIMIT 1
+		SELECT %s AS id, %s AS pri FROM %s WHERE %s%s AND %s ORDER BY %s LIMIT 1
 	) n
 	WHERE w.got + w.locked::int < $2 AND w.steps < $6
 )
-SELECT id, locked FROM walk WHERE steps > 0`,
-			t.ID, t.Name, availableAt1, group(3), t.ID, t.ID)
+SELECT id, locked, pri FROM walk WHERE steps > 0`,
+			t.ID, pri, t.Name, availableAt1, group(3), next, order)
 		s.Reread = fmt.Sprintf("SELECT %s FROM %s WHERE %s = ANY($1) AND (%s IS NULL OR %s <= %s)", returning, t.Name, t.ID, lu, lu, tm.At(2))
 		if t.Attempts != "" {
 			// Committed on its own, on the session that holds the locks:

@@ -12,8 +12,8 @@ import (
 	"github.com/sqlinbox/sqlinbox/migrations"
 )
 
-// With a priority column, the claims walk the (priority, id) index (or
-// (group, priority, id) for a group) from its start: EXPLAIN shows the
+// With a priority column, the claims of every form walk the (priority,
+// id) index (or (group, priority, id) for a group): EXPLAIN shows the
 // index, and no sort of the table.
 func TestPriorityClaimsUseTheIndex(t *testing.T) {
 	ctx := context.Background()
@@ -55,6 +55,9 @@ func TestPriorityClaimsUseTheIndex(t *testing.T) {
 			}{
 				"lease":   {q.ClaimLease, []any{now.Add(time.Minute), now, 100, group, int64(math.MinInt64)}},
 				"rowlock": {q.SelectAvailable + " FOR UPDATE SKIP LOCKED", []any{now, group, int64(math.MinInt64)}},
+				// Each step of the walk is one probe of the index after the
+				// last (priority, id); no step sorts.
+				"advisory": {q.LockAvailable, []any{now, 100, group, 7, int64(math.MinInt64), 232, math.MinInt32}},
 			} {
 				tx, err := db.BeginTx(ctx, nil)
 				if err != nil {

@@ -39,6 +39,7 @@ func soakWorker(ctx context.Context, args []string) error {
 	handle := fs.Duration("handle", 100*time.Millisecond, "mean handling time")
 	instance := fs.Int("instance", 0, "this worker's number in the soak")
 	tx := fs.Bool("tx", false, "handle with inbox.HandleTx, inserting a sent row in the handling's transaction")
+	outside := fs.Bool("effect-outside-tx", false, "with --tx, the control: handle with inbox.Handle and insert the sent row after the handling, in no transaction of the ack's")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,21 +73,29 @@ func soakWorker(ctx context.Context, args []string) error {
 		start: t.markStart(), beat: t.markBeat(), done: t.markDone()}
 	svc := inbox.NewService("soak-worker", strconv.Itoa(*instance), b)
 	opts := []inbox.SubOption{inbox.Form(form), inbox.Workers(*workers), inbox.Lease(*leaseD), inbox.ShutdownTimeout(20 * time.Second)}
-	if *tx {
-		sent := insertSent(d, *table)
-		_, err = inbox.HandleTx(svc, q, func(ctx context.Context, tx *sql.Tx, row referenceRow) error {
-			if err := h.handle(ctx, row); err != nil {
-				return err
-			}
-			seq, err := seqOf(row.Payload)
-			if err != nil {
-				return err
-			}
-			_, err = tx.ExecContext(ctx, sent, seq)
-			return err
+	sent := insertSent(d, *table)
+	switch {
+	case *tx && *outside:
+		_, err = inbox.Handle(svc, q, func(ctx context.Context, row referenceRow) error {
+			return h.handleThen(ctx, h.db, row, sent)
 		}, opts...)
-	} else {
-		_, err = inbox.Handle(svc, q, h.handle, opts...)
+	case *tx:
+		_, err = inbox.HandleTx(svc, q, func(ctx context.Context, tx *sql.Tx, row referenceRow) error {
+			if d.Kind == dialect.SQLite {
+				// The handling's transaction holds SQLite's one write lock
+				// until it commits: a write on another connection would wait
+				// for it, so every write of the handling goes in it, as a
+				// SQLite user of HandleTx must write. A killed handling's
+				// marks roll back with its effect.
+				return h.handleThen(ctx, tx, row, sent)
+			}
+			if err := h.handle(ctx, h.db, row); err != nil {
+				return err
+			}
+			return h.effect(ctx, tx, row, sent)
+		}, opts...)
+	default:
+		_, err = inbox.Handle(svc, q, func(ctx context.Context, row referenceRow) error { return h.handle(ctx, h.db, row) }, opts...)
 	}
 	if err != nil {
 		return err
@@ -102,12 +111,37 @@ type soakHandler struct {
 	start, beat, done string
 }
 
+// soakDB is where a handling writes its marks: the marks' own pool, or
+// the handling's transaction.
+type soakDB interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// handleThen is handle, then the effect, both written through db.
+func (h *soakHandler) handleThen(ctx context.Context, db soakDB, row referenceRow, sent string) error {
+	if err := h.handle(ctx, db, row); err != nil {
+		return err
+	}
+	return h.effect(ctx, db, row, sent)
+}
+
+// effect inserts the handling's sent row through db.
+func (h *soakHandler) effect(ctx context.Context, db soakDB, row referenceRow, sent string) error {
+	seq, err := seqOf(row.Payload)
+	if err != nil {
+		return err
+	}
+	_, err = db.ExecContext(ctx, sent, seq)
+	return err
+}
+
 // handle marks its start, works (sleeps) for a random time, writing a sign
-// of life every soakBeat, and marks its end, all on the database's clock.
-// One handling in a hundred runs one and a half leases, so that the lease
-// form must extend its lease. A handler whose context ends (lease lost,
-// timeout, shutdown) stops at once and writes nothing more.
-func (h *soakHandler) handle(ctx context.Context, row referenceRow) error {
+// of life every soakBeat, and marks its end, all on the database's clock
+// and through db. One handling in a hundred runs one and a half leases, so
+// that the lease form must extend its lease. A handler whose context ends
+// (lease lost, timeout, shutdown) stops at once and writes nothing more.
+func (h *soakHandler) handle(ctx context.Context, db soakDB, row referenceRow) error {
 	seq, err := strconv.ParseInt(string(row.Payload), 10, 64)
 	if err != nil {
 		return fmt.Errorf("payload %q: %w", row.Payload, err)
@@ -117,7 +151,7 @@ func (h *soakHandler) handle(ctx context.Context, row referenceRow) error {
 		work = h.long
 	}
 	var mark int64
-	if err := h.db.QueryRowContext(ctx, h.start, seq, h.instance).Scan(&mark); err != nil {
+	if err := db.QueryRowContext(ctx, h.start, seq, h.instance).Scan(&mark); err != nil {
 		return fmt.Errorf("start mark: %w", err)
 	}
 	end := time.Now().Add(work)
@@ -134,12 +168,12 @@ func (h *soakHandler) handle(ctx context.Context, row referenceRow) error {
 		case <-t.C:
 		}
 		if time.Until(end) > 0 {
-			if _, err := h.db.ExecContext(ctx, h.beat, mark); err != nil {
+			if _, err := db.ExecContext(ctx, h.beat, mark); err != nil {
 				return fmt.Errorf("beat: %w", err)
 			}
 		}
 	}
-	if _, err := h.db.ExecContext(ctx, h.done, mark); err != nil {
+	if _, err := db.ExecContext(ctx, h.done, mark); err != nil {
 		return fmt.Errorf("done mark: %w", err)
 	}
 	return nil

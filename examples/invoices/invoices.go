@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +45,20 @@ const Table = "invoice_jobs"
 // Queue is the invoice queue: the whole table. Queue.Group(g) is one run's.
 var Queue = inbox.MustQueue[RenderInvoice](Table)
 
+// SendTable is where a rendered invoice waits to be sent, queued by the
+// instance that rendered it (the same columns as Table), and SentTable
+// records each invoice sent: one row per invoice, written in the
+// transaction that acks its send row (inbox.HandleTx), so a send delivered
+// twice is recorded once. It has no unique index on purpose: the demo
+// counts, and a second record would show.
+const (
+	SendTable = "invoice_sends"
+	SentTable = "invoices_sent"
+)
+
+// SendQueue is the queue of invoices to send.
+var SendQueue = inbox.MustQueue[RenderInvoice](SendTable)
+
 // RenderTime is how long rendering one invoice takes (a PDF would take
 // longer): with it the two instances share the work, as they would in
 // production, instead of the first to wake rendering every invoice in the
@@ -72,7 +88,7 @@ func NewInstance(name, url string, q inbox.Queue[RenderInvoice], outDir string, 
 	if err != nil {
 		return nil, err
 	}
-	svc, sub, err := NewService(b, q, Renderer(name, outDir, done))
+	svc, sub, err := NewService(name, b, q, Renderer(name, outDir, done))
 	if err != nil {
 		b.Close()
 		return nil, err
@@ -80,18 +96,68 @@ func NewInstance(name, url string, q inbox.Queue[RenderInvoice], outDir string, 
 	return &Instance{Name: name, Broker: b, Service: svc, Render: sub}, nil
 }
 
-// NewService makes the invoice service of queue q on broker b: render with
-// four workers, the table created at start. Tests pass their own handler
-// around Renderer, and options such as inbox.Observe.
-func NewService(b *inbox.Broker, q inbox.Queue[RenderInvoice], render inbox.Handler[RenderInvoice], opts ...inbox.SubOption) (*inbox.Service, *inbox.Subscription, error) {
+// NewService makes instance name's invoice service of queue q on broker b, the tables
+// created at start: render with four workers, each rendered invoice then
+// queued to send (keyed, so it is queued once while it waits); and send
+// with two workers, each send recorded in SentTable in the transaction of
+// its ack. The slow render runs outside any transaction: on SQLite a
+// transactional handling holds the database's one write lock from its
+// start to its commit, so the transactional step is kept to the write it
+// makes. Tests pass their own handler around Renderer, and options such
+// as inbox.Observe, for the render subscription.
+func NewService(name string, b *inbox.Broker, q inbox.Queue[RenderInvoice], render inbox.Handler[RenderInvoice], opts ...inbox.SubOption) (*inbox.Service, *inbox.Subscription, error) {
 	svc := inbox.NewService("invoices", "1.0.0", b)
 	svc.Signals = false
 	svc.OnStart(func(ctx context.Context) error { return Migrate(ctx, b.DB()) })
-	sub, err := inbox.Handle(svc, q, render, append([]inbox.SubOption{inbox.Workers(4)}, opts...)...)
+	sends := SendQueue
+	if g := q.GroupName(); g != "" {
+		sends = sends.Group(g)
+	}
+	sub, err := inbox.Handle(svc, q, func(ctx context.Context, job RenderInvoice) error {
+		if err := render(ctx, job); err != nil {
+			return err
+		}
+		_, err := inbox.Publish(ctx, b, sends, RenderInvoice{Payload: job.Payload, Group: job.Group, Key: job.Key})
+		if errors.Is(err, inbox.ErrDuplicate) {
+			return nil // rendered again while its send waits: it is queued once
+		}
+		return err
+	}, append([]inbox.SubOption{inbox.Workers(4)}, opts...)...)
 	if err != nil {
 		return nil, nil, err
 	}
+	if _, err := inbox.HandleTx(svc, sends, Sender(name, isSQLite(b.DB())), inbox.Workers(2)); err != nil {
+		return nil, nil, err
+	}
 	return svc, sub, nil
+}
+
+// Sender sends an invoice (here: records it) inside the transaction that
+// acks its send row: the record and the ack commit together, or neither.
+func Sender(instance string, lite bool) inbox.TxHandler[RenderInvoice] {
+	return func(ctx context.Context, tx *sql.Tx, job RenderInvoice) error {
+		_, err := tx.ExecContext(ctx, bind(lite, "INSERT INTO invoices_sent (invoice_key, group_name, instance) VALUES ($1, $2, $3)"), job.Key, job.Group, instance)
+		return err
+	}
+}
+
+// SentCounts reads how often each invoice of group was recorded sent.
+func SentCounts(ctx context.Context, db *sql.DB, group string) (map[string]int, error) {
+	rows, err := db.QueryContext(ctx, bind(isSQLite(db), "SELECT invoice_key, count(*) FROM invoices_sent WHERE group_name = $1 GROUP BY invoice_key"), group)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var k string
+		var n int
+		if err := rows.Scan(&k, &n); err != nil {
+			return nil, err
+		}
+		out[k] = n
+	}
+	return out, rows.Err()
 }
 
 // Renderer is the handler of instance name: it writes each invoice under
@@ -117,34 +183,43 @@ func Renderer(name, outDir string, done chan<- Rendered) inbox.Handler[RenderInv
 	}
 }
 
-// Migrate makes the invoice table: the reference inbox table, and the
-// invoice_key column with its unique index. Safe to run again, and from
-// two instances at once (one transaction).
+// Migrate makes the invoice tables: Table and SendTable, each the
+// reference inbox table with the invoice_key column and its unique index,
+// and SentTable. Safe to run again, and from two instances at once (one
+// transaction).
 func Migrate(ctx context.Context, db *sql.DB) error {
-	if err := migrations.Apply(ctx, db, Table); err != nil {
-		return err
+	for _, t := range []string{Table, SendTable} {
+		if err := migrations.Apply(ctx, db, t); err != nil {
+			return err
+		}
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	has := 0
-	add := "ALTER TABLE invoice_jobs ADD COLUMN IF NOT EXISTS invoice_key text"
-	if _, ok := db.Driver().(*sqlite.Driver); ok {
-		// SQLite has no ADD COLUMN IF NOT EXISTS.
-		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM pragma_table_info('invoice_jobs') WHERE name = 'invoice_key'").Scan(&has); err != nil {
-			return err
+	_, lite := db.Driver().(*sqlite.Driver)
+	for _, t := range []string{Table, SendTable} {
+		has := 0
+		add := "ALTER TABLE " + t + " ADD COLUMN IF NOT EXISTS invoice_key text"
+		if lite {
+			// SQLite has no ADD COLUMN IF NOT EXISTS.
+			if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM pragma_table_info('"+t+"') WHERE name = 'invoice_key'").Scan(&has); err != nil {
+				return err
+			}
+			add = "ALTER TABLE " + t + " ADD COLUMN invoice_key text"
 		}
-		add = "ALTER TABLE invoice_jobs ADD COLUMN invoice_key text"
+		for _, ddl := range []string{add, "CREATE UNIQUE INDEX IF NOT EXISTS " + t + "_invoice_key ON " + t + " (invoice_key)"} {
+			if ddl == add && has > 0 {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, ddl); err != nil {
+				return fmt.Errorf("migrate %s: %w", t, err)
+			}
+		}
 	}
-	for _, ddl := range []string{add, "CREATE UNIQUE INDEX IF NOT EXISTS invoice_jobs_invoice_key ON invoice_jobs (invoice_key)"} {
-		if ddl == add && has > 0 {
-			continue
-		}
-		if _, err := tx.ExecContext(ctx, ddl); err != nil {
-			return fmt.Errorf("migrate %s: %w", Table, err)
-		}
+	if _, err := tx.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS invoices_sent (invoice_key text NOT NULL, group_name text NOT NULL, instance text NOT NULL)"); err != nil {
+		return fmt.Errorf("migrate %s: %w", SentTable, err)
 	}
 	return tx.Commit()
 }
@@ -211,4 +286,17 @@ func Run(ctx context.Context, instances ...*Instance) (started <-chan struct{}, 
 		errs <- nil
 	}()
 	return ready, errs
+}
+
+func isSQLite(db *sql.DB) bool {
+	_, ok := db.Driver().(*sqlite.Driver)
+	return ok
+}
+
+// bind writes Postgres's $n parameters as SQLite's ?n where lite.
+func bind(lite bool, q string) string {
+	if lite {
+		return strings.ReplaceAll(q, "$", "?")
+	}
+	return q
 }

@@ -34,7 +34,7 @@ func instances(t *testing.T, url string, done chan Rendered) (*inboxtest.Run, *i
 		if rec == nil {
 			rec = inboxtest.NewRecorder(t, b, Queue)
 		}
-		svc, _, err := NewService(b, Queue, rec.Wrap(name, Renderer(name, dir, done)), rec.Observe(name))
+		svc, _, err := NewService(name, b, Queue, rec.Wrap(name, Renderer(name, dir, done)), rec.Observe(name))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 // Command invoices is the invoice-rendering service of the guide: two
 // instances of it share one invoice_jobs table, a shop writes 20 invoices
-// with plain SQL, and each invoice is rendered exactly once, by one of them.
+// with plain SQL, and each invoice is rendered exactly once, by one of them,
+// then sent by a transactional handler that records it sent once.
 // A run writes its invoices under a group of its own and handles only those:
 // other rows of the table, on a database you point it at, are left alone.
 //
@@ -37,7 +38,8 @@ func main() {
 
 // demo runs two instances on url (a SQLite file in a temp dir when empty),
 // writes count invoices of a group of its own, and returns how many each
-// instance rendered once all are rendered, each once.
+// instance rendered once all are rendered, each once, and sent, each
+// recorded once.
 func demo(ctx context.Context, url string, count int, out io.Writer) (map[string]int, error) {
 	outDir, err := os.MkdirTemp("", "invoices-")
 	if err != nil {
@@ -95,6 +97,24 @@ func demo(ctx context.Context, url string, count int, out io.Writer) (map[string
 			return nil, ctx.Err()
 		}
 	}
+	// Each rendered invoice is sent by a transactional handler, which
+	// records it in invoices_sent as it acks: wait for every record.
+	var sent map[string]int
+	for {
+		if sent, err = SentCounts(ctx, shop, group); err != nil {
+			return nil, err
+		}
+		if len(sent) == count {
+			break
+		}
+		select {
+		case <-timeout:
+			return nil, fmt.Errorf("only %d of %d invoices recorded sent within 60s", len(sent), count)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	elapsed := time.Since(start)
 	cancel()
 	if err := <-stopped; err != nil {
@@ -118,6 +138,11 @@ func demo(ctx context.Context, url string, count int, out io.Writer) (map[string
 			return nil, fmt.Errorf("invoice %d was rendered %d times (by %v)", inv, len(by), by)
 		}
 	}
-	fmt.Fprintf(out, "all %d invoices rendered once, in %v\n", count, elapsed.Round(time.Millisecond))
+	for k, n := range sent {
+		if n != 1 {
+			return nil, fmt.Errorf("%s was recorded sent %d times", k, n)
+		}
+	}
+	fmt.Fprintf(out, "all %d invoices rendered once and sent once (%d records in %s), in %v\n", count, len(sent), SentTable, elapsed.Round(time.Millisecond))
 	return perInstance, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sqlinbox/sqlinbox/clock"
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/config"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 	"github.com/sqlinbox/sqlinbox/notify"
 )
@@ -51,7 +52,15 @@ type Broker struct {
 	batches   sync.Map                 // PublishMany's plans (batchPlan) by table, row type and grouping
 }
 
-// Option configures a Broker.
+// ErrInvalid is wrapped by every refusal of an option's value or of an
+// argument at construction (Open, New, Subscribe, Register, publishes): the
+// error names the option, the value and the bound. It is the module's one
+// error of refused input: lock.ErrInvalid and schedule.ErrInvalid are the
+// same value.
+var ErrInvalid = config.ErrInvalid
+
+// Option configures a Broker. A value out of its bound makes Open or New
+// fail with an error wrapping ErrInvalid.
 type Option func(*brokerConfig) error
 
 type brokerConfig struct {
@@ -65,49 +74,49 @@ type brokerConfig struct {
 }
 
 // PollInterval sets how long a subscription waits after a short claim before
-// it claims again when nothing wakes it. Default DefaultPollInterval (1 s);
-// it must be positive.
+// it claims again when nothing wakes it. Default: DefaultPollInterval
+// (1s). Bound: positive.
 func PollInterval(d time.Duration) Option {
 	return func(c *brokerConfig) error {
 		if d <= 0 {
-			return fmt.Errorf("inbox: PollInterval must be positive, got %v", d)
+			return fmt.Errorf("inbox: %w: PollInterval(%v); give a positive duration, or leave the option out for the default %v", ErrInvalid, d, DefaultPollInterval)
 		}
 		c.poll = d
 		return nil
 	}
 }
 
-// WithClock sets the clock every statement takes its times from. Default
-// clock.Host; clock.Database makes the database's now() decide; a
-// *clock.Fake drives tests without sleeping.
+// WithClock sets the clock every statement takes its times from:
+// clock.Database makes the database's now() decide; a *clock.Fake drives
+// tests without sleeping. Default: clock.Host. Bound: not nil.
 func WithClock(c clock.Clock) Option {
 	return func(cfg *brokerConfig) error {
 		if c == nil {
-			return fmt.Errorf("inbox: WithClock(nil)")
+			return fmt.Errorf("inbox: %w: WithClock(nil); give a clock, or leave the option out for clock.Host", ErrInvalid)
 		}
 		cfg.clock = c
 		return nil
 	}
 }
 
-// WithLogger sets the logger. Default slog.Default(). A claim loop logs
-// nothing per job at Info.
+// WithLogger sets the logger. A claim loop logs nothing per job at Info.
+// Default: slog.Default(). Bound: not nil.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *brokerConfig) error {
 		if l == nil {
-			return fmt.Errorf("inbox: WithLogger(nil)")
+			return fmt.Errorf("inbox: %w: WithLogger(nil); give a logger, or leave the option out for slog.Default()", ErrInvalid)
 		}
 		c.log = l
 		return nil
 	}
 }
 
-// WithHub sets the in-process hub publishes wake. Default notify.Default,
-// shared by every broker of the process.
+// WithHub sets the in-process hub publishes wake. Default: notify.Default,
+// shared by every broker of the process. Bound: not nil.
 func WithHub(h *notify.Hub) Option {
 	return func(c *brokerConfig) error {
 		if h == nil {
-			return fmt.Errorf("inbox: WithHub(nil)")
+			return fmt.Errorf("inbox: %w: WithHub(nil); give a hub, or leave the option out for notify.Default", ErrInvalid)
 		}
 		c.hub = h
 		return nil
@@ -118,19 +127,21 @@ func WithHub(h *notify.Hub) Option {
 // one connection of its pool for its whole life to listen on the channel of
 // every subscribed table, and each publish sends pg_notify(table, group)
 // right after its write (Publish marks the group with its hub, whose
-// listener then skips it: see notify.Hub.Stamp). Off by default; refused on
-// SQLite.
+// listener then skips it: see notify.Hub.Stamp). Default: off. Bound:
+// Postgres only, and a pool of at least 3 connections (one is the
+// listener's); refused otherwise.
 func ListenNotify() Option {
 	return func(c *brokerConfig) error { c.notify = true; return nil }
 }
 
-// MaxConns sets the size of a pool the broker opens from a URL. Default: 4
-// plus one per core, at least 8 on Postgres; 4 on SQLite. Pools passed to
-// New keep the size their owner gave them.
+// MaxConns sets the size of a pool the broker opens from a URL. Pools
+// passed to New keep the size their owner gave them. Default: 4 plus one per
+// core, at least 8 on Postgres; 4 on SQLite. Bound: at least 2 (one for
+// claims, one for settlements and publishes).
 func MaxConns(n int) Option {
 	return func(c *brokerConfig) error {
 		if n < 2 {
-			return fmt.Errorf("inbox: MaxConns must be at least 2 (one for claims, one for settlements and publishes), got %d", n)
+			return fmt.Errorf("inbox: %w: MaxConns(%d); give at least 2 (one for claims, one for settlements and publishes)", ErrInvalid, n)
 		}
 		c.maxConns = n
 		return nil
@@ -142,11 +153,12 @@ func MaxConns(n int) Option {
 // context as a W3C traceparent, into the column its struct tags
 // inbox:"trace", where the row's field leaves it empty; "" writes NULL.
 // inboxotel.Traceparent is such an f. The trace column reaches
-// Hooks.Started, whose inboxotel span links to the producer's.
+// Hooks.Started, whose inboxotel span links to the producer's. Default: no
+// trace context is written. Bound: not nil.
 func WithTraceContext(f func(ctx context.Context) string) Option {
 	return func(c *brokerConfig) error {
 		if f == nil {
-			return fmt.Errorf("inbox: WithTraceContext(nil)")
+			return fmt.Errorf("inbox: %w: WithTraceContext(nil); give a function, or leave the option out", ErrInvalid)
 		}
 		c.trace = f
 		return nil
@@ -225,15 +237,18 @@ func New(pool any, opts ...Option) (*Broker, error) {
 		db.SetMaxOpenConns(int(p.Config().MaxConns))
 		wrapped = true
 	default:
-		return nil, fmt.Errorf("inbox: New takes a *sql.DB, *sqlx.DB or *pgxpool.Pool, got %T", pool)
+		return nil, fmt.Errorf("inbox: %w: New takes a *sql.DB, *sqlx.DB or *pgxpool.Pool, got %T", ErrInvalid, pool)
+	}
+	var cfg brokerConfig
+	if err := apply(&cfg, opts); err != nil {
+		if wrapped {
+			db.Close() // gives nothing back: no connection was taken
+		}
+		return nil, err
 	}
 	d, err := dialect.Detect(db)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
-	}
-	var cfg brokerConfig
-	if err := apply(&cfg, opts); err != nil {
-		return nil, err
 	}
 	b, err := newBroker(db, d, cfg)
 	if err != nil {
@@ -269,10 +284,10 @@ func newBroker(db *sql.DB, d *dialect.Dialect, cfg brokerConfig) (*Broker, error
 		maxConn: db.Stats().MaxOpenConnections, inserts: map[string]insert{}, encodings: map[string]dialect.Times{}}
 	if cfg.notify {
 		if d.Kind != dialect.Postgres {
-			return nil, fmt.Errorf("inbox: ListenNotify needs Postgres; %s has no LISTEN/NOTIFY (in-process publishes still wake at once)", d)
+			return nil, fmt.Errorf("inbox: %w: ListenNotify needs Postgres; %s has no LISTEN/NOTIFY (in-process publishes still wake at once)", ErrInvalid, d)
 		}
 		if b.maxConn != 0 && b.maxConn < 3 {
-			return nil, fmt.Errorf("inbox: ListenNotify keeps one connection for the listener; a pool of %d leaves too few: give the pool at least 3", b.maxConn)
+			return nil, fmt.Errorf("inbox: %w: ListenNotify keeps one connection for the listener; a pool of %d leaves too few: give the pool at least 3", ErrInvalid, b.maxConn)
 		}
 		b.listener = notify.NewListener(db, b.hub, b.log)
 		ctx, cancel := context.WithCancel(context.Background())

@@ -93,7 +93,7 @@ func PublishManyTx[T any](ctx context.Context, b *Broker, tx any, q Queue[T], ro
 			return pgxRows{r}, nil
 		}
 	default:
-		return nil, fmt.Errorf("inbox: PublishManyTx takes a *sql.Tx, *sqlx.Tx or pgx.Tx, got %T", tx)
+		return nil, fmt.Errorf("inbox: %w: PublishManyTx takes a *sql.Tx, *sqlx.Tx or pgx.Tx, got %T", ErrInvalid, tx)
 	}
 	ids, err := publishMany(ctx, b, catalog, q, rows, opts, false, query)
 	if err != nil && !errors.Is(err, ErrDuplicate) {
@@ -146,10 +146,10 @@ type batchPlan struct {
 
 func publishMany[T any](ctx context.Context, b *Broker, catalog dialect.Querier, q Queue[T], rows []T, opts []PublishOption, stamped bool, query queryFunc) ([]int64, error) {
 	if q.shape == nil {
-		return nil, fmt.Errorf("inbox: publish to a zero Queue: make it with NewQueue")
+		return nil, fmt.Errorf("inbox: %w: publish to a zero Queue: make it with NewQueue", ErrInvalid)
 	}
 	if q.group != "" && q.shape.column(RoleGroup) == "" {
-		return nil, fmt.Errorf("inbox: publish to %q: queue has group %q but %v tags no group column (`inbox:\"group\"`): add one, or publish to the queue without Group", q.table, q.group, q.shape.typ)
+		return nil, fmt.Errorf("inbox: publish to %q: %w: queue has group %q but %v tags no group column (`inbox:\"group\"`): add one, or publish to the queue without Group", q.table, ErrInvalid, q.group, q.shape.typ)
 	}
 	var cfg publishConfig
 	for _, o := range opts {

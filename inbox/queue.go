@@ -82,7 +82,9 @@ type publishConfig struct {
 	at    time.Time // set by At; wins over delay
 }
 
-// Delay makes the row available only once d has passed on the broker's clock.
+// Delay makes the row available only once d has passed on the broker's
+// clock. Default: available at once. Bound: none; zero or negative is at
+// once.
 func Delay(d time.Duration) PublishOption {
 	return func(c *publishConfig) { c.delay, c.at = d, time.Time{} }
 }
@@ -91,7 +93,8 @@ func Delay(d time.Duration) PublishOption {
 // as it is (to the column's precision), compared with the broker's clock
 // like any lease; with clock.Database, with the database's now(). A t at or
 // before now makes the row available at once. The last of Delay and At
-// given wins.
+// given wins. Default: available at once. Bound: none; the zero Time is at
+// once.
 func At(t time.Time) PublishOption {
 	return func(c *publishConfig) { c.at, c.delay = t, 0 }
 }
@@ -156,7 +159,7 @@ func PublishTx[T any](ctx context.Context, b *Broker, tx any, q Queue[T], row T,
 	case pgx.Tx:
 		queryRow = func(query string, args ...any) scanner { return t.QueryRow(ctx, query, args...) }
 	default:
-		return 0, fmt.Errorf("inbox: PublishTx takes a *sql.Tx, *sqlx.Tx or pgx.Tx, got %T", tx)
+		return 0, fmt.Errorf("inbox: %w: PublishTx takes a *sql.Tx, *sqlx.Tx or pgx.Tx, got %T", ErrInvalid, tx)
 	}
 	// Unstamped: this process's wake below may come before the commit, and
 	// the notification, delivered at commit, is the wake that finds the row.
@@ -178,10 +181,10 @@ type scanner interface{ Scan(dest ...any) error }
 // commit.
 func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Querier, q Queue[T], row T, opts []PublishOption, stamped bool, queryRow func(string, ...any) S) (int64, error) {
 	if q.shape == nil {
-		return 0, fmt.Errorf("inbox: publish to a zero Queue: make it with NewQueue")
+		return 0, fmt.Errorf("inbox: %w: publish to a zero Queue: make it with NewQueue", ErrInvalid)
 	}
 	if q.group != "" && q.shape.column(RoleGroup) == "" {
-		return 0, fmt.Errorf("inbox: publish to %q: queue has group %q but %v tags no group column (`inbox:\"group\"`): add one, or publish to the queue without Group", q.table, q.group, q.shape.typ)
+		return 0, fmt.Errorf("inbox: publish to %q: %w: queue has group %q but %v tags no group column (`inbox:\"group\"`): add one, or publish to the queue without Group", q.table, ErrInvalid, q.group, q.shape.typ)
 	}
 	var cfg publishConfig
 	for _, o := range opts {

@@ -62,13 +62,13 @@ func (s *Service) Register(cfg RegistryConfig) error {
 		cfg.Heartbeat = s.broker.poll
 	}
 	if cfg.Heartbeat < 10*time.Millisecond {
-		return fmt.Errorf("inbox: RegistryConfig.Heartbeat must be at least 10ms, got %v", cfg.Heartbeat)
+		return fmt.Errorf("inbox: %w: RegistryConfig.Heartbeat is %v; give at least 10ms, or zero for the broker's poll interval", ErrInvalid, cfg.Heartbeat)
 	}
 	if cfg.Keep == 0 {
 		cfg.Keep = DefaultRegistryKeep
 	}
 	if cfg.Keep < time.Minute {
-		return fmt.Errorf("inbox: RegistryConfig.Keep must be at least a minute, got %v", cfg.Keep)
+		return fmt.Errorf("inbox: %w: RegistryConfig.Keep is %v; give at least 1m, or zero for the default %v", ErrInvalid, cfg.Keep, DefaultRegistryKeep)
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])

@@ -26,7 +26,8 @@ const (
 	MaxBackoff = engine.MaxBackoff
 )
 
-// SubOption configures a subscription.
+// SubOption configures a subscription. A value out of its bound makes
+// Subscribe fail with an error wrapping ErrInvalid.
 type SubOption func(*subConfig) error
 
 type subConfig struct {
@@ -45,11 +46,11 @@ type subConfig struct {
 // ends with ErrTimeout and its lease is no longer extended: a handler that
 // returns is retried (or parked after its last attempt); one that ignores
 // its context loses its lease when the lease runs out, and another claimer
-// takes the row. Default DefaultTimeout (one minute); must be positive.
+// takes the row. Default: DefaultTimeout (1m). Bound: positive.
 func Timeout(d time.Duration) SubOption {
 	return func(c *subConfig) error {
 		if d <= 0 {
-			return fmt.Errorf("inbox: Timeout must be positive, got %v", d)
+			return fmt.Errorf("inbox: %w: Timeout(%v); give a positive duration, or leave the option out for the default %v", ErrInvalid, d, DefaultTimeout)
 		}
 		c.timeout = d
 		return nil
@@ -62,20 +63,21 @@ func Timeout(d time.Duration) SubOption {
 // the ack's statement, or, for a row given back at a stop, from Run. f must
 // be quick and safe for concurrent use: a slow f holds up the acks that
 // follow. It must not wait on the subscription itself (WaitIdle, say): the
-// subscription is not idle until f has returned.
+// subscription is not idle until f has returned. Default: none. Bound: nil
+// is none.
 func Observe(f func(Event)) SubOption {
 	return func(c *subConfig) error { c.observe = f; return nil }
 }
 
 // Workers sets how many handlers run at once in this subscription on this
-// instance. Default 1; at least 1. A worker takes its next row once its
-// handler returns; the row's ack, retry or park goes on beside it (at most
-// n settlements of the subscription in flight at once), and Observe sees
-// the outcome once it is settled.
+// instance. A worker takes its next row once its handler returns; the
+// row's ack, retry or park goes on beside it (at most n settlements of the
+// subscription in flight at once), and Observe sees the outcome once it is
+// settled. Default: DefaultWorkers (1). Bound: at least 1.
 func Workers(n int) SubOption {
 	return func(c *subConfig) error {
 		if n < 1 {
-			return fmt.Errorf("inbox: Workers must be at least 1, got %d", n)
+			return fmt.Errorf("inbox: %w: Workers(%d); give at least 1", ErrInvalid, n)
 		}
 		c.workers = n
 		return nil
@@ -84,11 +86,11 @@ func Workers(n int) SubOption {
 
 // Lease sets how long a claim holds a row in the lease form before another
 // claimer may take it. A handler still running at two thirds of it gets it
-// extended. Default DefaultLease (30 s); at least one second.
+// extended. Default: DefaultLease (30s). Bound: at least 1s.
 func Lease(d time.Duration) SubOption {
 	return func(c *subConfig) error {
 		if d < time.Second {
-			return fmt.Errorf("inbox: Lease must be at least 1s, got %v", d)
+			return fmt.Errorf("inbox: %w: Lease(%v); give at least 1s, or leave the option out for the default %v", ErrInvalid, d, DefaultLease)
 		}
 		c.lease = d
 		return nil
@@ -100,12 +102,12 @@ func Lease(d time.Duration) SubOption {
 // attempts column, so a handling whose process dies (or whose handler never
 // returns) counts too: a row claimed more than n times is parked without
 // running its handler again. It needs an attempts column; without one rows
-// are retried with capped backoff for ever. Default DefaultMaxAttempts
-// (25); at least 1.
+// are retried with capped backoff for ever. Default: DefaultMaxAttempts
+// (25). Bound: at least 1.
 func MaxAttempts(n int) SubOption {
 	return func(c *subConfig) error {
 		if n < 1 {
-			return fmt.Errorf("inbox: MaxAttempts must be at least 1, got %d", n)
+			return fmt.Errorf("inbox: %w: MaxAttempts(%d); give at least 1, or leave the option out for the default %d", ErrInvalid, n, DefaultMaxAttempts)
 		}
 		c.maxAttempts = n
 		return nil
@@ -116,22 +118,24 @@ func MaxAttempts(n int) SubOption {
 // Default: DefaultBackoff (one second doubled per failure, capped at
 // MaxBackoff) less a jitter of up to a quarter, drawn from the row's id and
 // the attempt, so rows that failed together do not all come back together.
+// Bound: not nil.
 func Backoff(f func(failures int) time.Duration) SubOption {
 	return func(c *subConfig) error {
 		if f == nil {
-			return fmt.Errorf("inbox: Backoff(nil)")
+			return fmt.Errorf("inbox: %w: Backoff(nil); give a function, or leave the option out for DefaultBackoff", ErrInvalid)
 		}
 		c.backoff = f
 		return nil
 	}
 }
 
-// Form picks the claim form: lease.Form (default; SQLite and Postgres),
-// rowlock.Form or advisory.Form (Postgres).
+// Form picks the claim form: lease.Form (SQLite and Postgres), rowlock.Form
+// or advisory.Form (Postgres). Default: lease.Form. Bound: not nil, and a
+// form that serves the broker's database (Subscribe checks).
 func Form(f claim.Form) SubOption {
 	return func(c *subConfig) error {
 		if f == nil {
-			return fmt.Errorf("inbox: Form(nil)")
+			return fmt.Errorf("inbox: %w: Form(nil); give lease.Form, rowlock.Form or advisory.Form, or leave the option out for lease.Form", ErrInvalid)
 		}
 		c.form = f
 		return nil
@@ -139,12 +143,12 @@ func Form(f claim.Form) SubOption {
 }
 
 // ShutdownTimeout sets how long running handlers may finish after the
-// subscription is told to stop; then their contexts are cancelled. Default
-// DefaultShutdownTimeout (30 s).
+// subscription is told to stop; then their contexts are cancelled.
+// Default: DefaultShutdownTimeout (30s). Bound: positive.
 func ShutdownTimeout(d time.Duration) SubOption {
 	return func(c *subConfig) error {
 		if d <= 0 {
-			return fmt.Errorf("inbox: ShutdownTimeout must be positive, got %v", d)
+			return fmt.Errorf("inbox: %w: ShutdownTimeout(%v); give a positive duration, or leave the option out for the default %v", ErrInvalid, d, DefaultShutdownTimeout)
 		}
 		c.shutdown = d
 		return nil
@@ -152,6 +156,7 @@ func ShutdownTimeout(d time.Duration) SubOption {
 }
 
 // Name names the subscription in logs. Default: the table, and group.
+// Bound: "" is the default.
 func Name(name string) SubOption {
 	return func(c *subConfig) error { c.name = name; return nil }
 }
@@ -203,10 +208,10 @@ func (s *Subscription) Stats() Stats { return Stats(s.stats.Read()) }
 // broker's database); Run checks the table before its first claim.
 func Subscribe[T any](b *Broker, q Queue[T], h Handler[T], opts ...SubOption) (*Subscription, error) {
 	if q.shape == nil {
-		return nil, fmt.Errorf("inbox: Subscribe to a zero Queue: make it with NewQueue")
+		return nil, fmt.Errorf("inbox: %w: Subscribe to a zero Queue: make it with NewQueue", ErrInvalid)
 	}
 	if h == nil {
-		return nil, fmt.Errorf("inbox: Subscribe to %q with a nil handler", q.table)
+		return nil, fmt.Errorf("inbox: %w: Subscribe to %q with a nil handler", ErrInvalid, q.table)
 	}
 	cfg := subConfig{workers: DefaultWorkers, lease: DefaultLease, maxAttempts: DefaultMaxAttempts,
 		form: lease.Form, shutdown: DefaultShutdownTimeout, timeout: DefaultTimeout}
@@ -222,13 +227,13 @@ func Subscribe[T any](b *Broker, q Queue[T], h Handler[T], opts ...SubOption) (*
 		}
 	}
 	if err := cfg.form.Supports(b.d); err != nil {
-		return nil, fmt.Errorf("inbox: subscription %q on table %q: the %s form cannot run on %s: %w", cfg.name, q.table, cfg.form.Name(), b.d, err)
+		return nil, fmt.Errorf("inbox: subscription %q on table %q: %w: the %s form cannot run on %s: %w", cfg.name, q.table, ErrInvalid, cfg.form.Name(), b.d, err)
 	}
 	if q.group != "" && q.shape.column(RoleGroup) == "" {
-		return nil, fmt.Errorf("inbox: subscription %q: queue has group %q but %v tags no group column (`inbox:\"group\"`)", cfg.name, q.group, q.shape.typ)
+		return nil, fmt.Errorf("inbox: subscription %q: %w: queue has group %q but %v tags no group column (`inbox:\"group\"`)", cfg.name, ErrInvalid, q.group, q.shape.typ)
 	}
 	if b.maxConn == 1 {
-		return nil, fmt.Errorf("inbox: subscription %q: the pool holds one connection; claims need one and settlements another: give it at least 2 (%s form on %s)", cfg.name, cfg.form.Name(), b.d)
+		return nil, fmt.Errorf("inbox: subscription %q: %w: the pool holds one connection; claims need one and settlements another: give it at least 2 (%s form on %s)", cfg.name, ErrInvalid, cfg.form.Name(), b.d)
 	}
 	s := &Subscription{b: b, cfg: cfg, table: q.table, group: q.group, grouped: q.group != "", shape: q.shape, idle: engine.NewIdle(b.clock)}
 	s.handle = func(ctx context.Context, value any) error {

@@ -72,7 +72,7 @@ func newSite(t testing.TB, url string, cfg dashboard.Config) *site {
 	s := &site{t: t, b: b, handled: make(chan string, 100)}
 	s.svc = inbox.NewService("invoices", "1.4.2", b)
 	s.svc.Signals = false
-	if err := s.svc.Register(inbox.RegistryConfig{Heartbeat: 200 * time.Millisecond}); err != nil {
+	if err := s.svc.Register(inbox.RegistryHeartbeat(200 * time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := inbox.Handle(s.svc, jobs, s.handle, inbox.MaxAttempts(1), inbox.Workers(2)); err != nil {

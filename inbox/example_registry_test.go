@@ -22,7 +22,7 @@ func ExampleService_Register() {
 	svc.Signals = false
 	svc.OnStart(func(ctx context.Context) error { return migrations.Apply(ctx, b.DB(), "invoice_jobs") })
 	svc.OnStart(func(ctx context.Context) error { return migrations.ApplyRegistry(ctx, b.DB()) })
-	if err := svc.Register(inbox.RegistryConfig{}); err != nil { // heartbeat: the poll interval
+	if err := svc.Register(); err != nil { // options: RegistryHeartbeat (the poll interval), RegistryKeep (24h)
 		panic(err)
 	}
 	handled := make(chan int64, 10)

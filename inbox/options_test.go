@@ -101,13 +101,14 @@ func TestOptionsRefused(t *testing.T) {
 	}
 	svc := inbox.NewService("refused", "test", b)
 	for _, tc := range []struct {
-		cfg  inbox.RegistryConfig
+		opt  inbox.RegistryOption
 		want []string
 	}{
-		{inbox.RegistryConfig{Heartbeat: time.Millisecond}, []string{"Heartbeat is 1ms", "at least 10ms"}},
-		{inbox.RegistryConfig{Keep: time.Second}, []string{"Keep is 1s", "at least 1m"}},
+		{inbox.RegistryHeartbeat(0), []string{"RegistryHeartbeat(0s)", "at least 10ms"}},
+		{inbox.RegistryHeartbeat(time.Millisecond), []string{"RegistryHeartbeat(1ms)", "at least 10ms"}},
+		{inbox.RegistryKeep(time.Second), []string{"RegistryKeep(1s)", "at least 1m"}},
 	} {
-		err := svc.Register(tc.cfg)
+		err := svc.Register(tc.opt)
 		refusedWith(t, "Register: "+tc.want[0], err, tc.want...)
 		if svc.InstanceID() != "" {
 			t.Errorf("Register: %s: the service was registered", tc.want[0])

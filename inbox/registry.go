@@ -19,19 +19,42 @@ import (
 	"github.com/sqlinbox/sqlinbox/notify"
 )
 
-// RegistryConfig configures a service's record in the registry (see
-// Service.Register). The zero value takes every default.
-type RegistryConfig struct {
-	// Heartbeat is how often the instance beats: one statement, which also
-	// reads the paused queues, so a pause is seen within it (at once with
-	// ListenNotify). Defaults to the broker's poll interval; at least 10 ms.
-	Heartbeat time.Duration
-	// Keep is how long per-minute counts, and the rows of instances that
-	// died without leaving, are kept. Defaults to 24 hours.
-	Keep time.Duration
+// RegistryOption configures a service's record in the registry (see
+// Service.Register). A value out of its bound makes Register fail with an
+// error wrapping ErrInvalid.
+type RegistryOption func(*registryConfig) error
+
+type registryConfig struct {
+	heartbeat, keep time.Duration
 }
 
-// DefaultRegistryKeep is RegistryConfig.Keep's default.
+// RegistryHeartbeat is how often the instance beats: one statement, which
+// also reads the paused queues, so a pause is seen within it (at once with
+// ListenNotify). Default: the broker's poll interval. Bound: at least 10ms.
+func RegistryHeartbeat(d time.Duration) RegistryOption {
+	return func(c *registryConfig) error {
+		if d < 10*time.Millisecond {
+			return fmt.Errorf("inbox: %w: RegistryHeartbeat(%v); give at least 10ms, or leave the option out for the broker's poll interval", ErrInvalid, d)
+		}
+		c.heartbeat = d
+		return nil
+	}
+}
+
+// RegistryKeep is how long per-minute counts, and the rows of instances
+// that died without leaving, are kept. Default: DefaultRegistryKeep (24h).
+// Bound: at least 1m.
+func RegistryKeep(d time.Duration) RegistryOption {
+	return func(c *registryConfig) error {
+		if d < time.Minute {
+			return fmt.Errorf("inbox: %w: RegistryKeep(%v); give at least 1m, or leave the option out for the default %v", ErrInvalid, d, DefaultRegistryKeep)
+		}
+		c.keep = d
+		return nil
+	}
+}
+
+// DefaultRegistryKeep is RegistryKeep's default.
 const DefaultRegistryKeep = 24 * time.Hour
 
 // An instance is shown as gone once its heartbeat is staleBeats intervals
@@ -57,18 +80,12 @@ const (
 // missing, or the database refusing its statements, the service logs a
 // warning, runs unregistered and unpaused, and tries again every minute.
 // Call Register before Run.
-func (s *Service) Register(cfg RegistryConfig) error {
-	if cfg.Heartbeat == 0 {
-		cfg.Heartbeat = s.broker.poll
-	}
-	if cfg.Heartbeat < 10*time.Millisecond {
-		return fmt.Errorf("inbox: %w: RegistryConfig.Heartbeat is %v; give at least 10ms, or zero for the broker's poll interval", ErrInvalid, cfg.Heartbeat)
-	}
-	if cfg.Keep == 0 {
-		cfg.Keep = DefaultRegistryKeep
-	}
-	if cfg.Keep < time.Minute {
-		return fmt.Errorf("inbox: %w: RegistryConfig.Keep is %v; give at least 1m, or zero for the default %v", ErrInvalid, cfg.Keep, DefaultRegistryKeep)
+func (s *Service) Register(opts ...RegistryOption) error {
+	cfg := registryConfig{heartbeat: s.broker.poll, keep: DefaultRegistryKeep}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return err
+		}
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
@@ -91,7 +108,7 @@ func (s *Service) InstanceID() string {
 type registry struct {
 	svc    *Service
 	b      *Broker
-	cfg    RegistryConfig
+	cfg    registryConfig
 	id     string
 	sql    dialect.RegistrySQL
 	log    *slog.Logger
@@ -183,14 +200,14 @@ func (r *registry) start(ctx context.Context) {
 func (r *registry) loop(ctx context.Context, wake *notify.Waiter) {
 	defer close(r.loopDone)
 	defer wake.Close()
-	t := r.b.clock.NewTimer(r.cfg.Heartbeat)
+	t := r.b.clock.NewTimer(r.cfg.heartbeat)
 	defer func() { t.Stop() }()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-			t = r.b.clock.NewTimer(r.cfg.Heartbeat)
+			t = r.b.clock.NewTimer(r.cfg.heartbeat)
 		case <-wake.C():
 		}
 		r.beat(ctx)
@@ -207,7 +224,7 @@ func (r *registry) join(ctx context.Context) {
 	err := r.b.write(ctx, true, func(ex execer) error {
 		// Instances dead for longer than Keep are forgotten here and at each
 		// write of the minutes, so an idle registry forgets them too.
-		if _, err := ex.ExecContext(ctx, r.sql.Forget, now.Add(-r.cfg.Keep).UnixMilli()); err != nil {
+		if _, err := ex.ExecContext(ctx, r.sql.Forget, now.Add(-r.cfg.keep).UnixMilli()); err != nil {
 			return err
 		}
 		if _, err := ex.ExecContext(ctx, r.sql.ForgetSubs); err != nil {
@@ -221,7 +238,7 @@ func (r *registry) join(ctx context.Context) {
 		}
 		host, _ := os.Hostname()
 		if _, err := ex.ExecContext(ctx, r.sql.Join, r.id, r.svc.Name, r.svc.Version, host, os.Getpid(),
-			r.started.UnixMilli(), now.UnixMilli(), r.cfg.Heartbeat.Milliseconds()); err != nil {
+			r.started.UnixMilli(), now.UnixMilli(), r.cfg.heartbeat.Milliseconds()); err != nil {
 			return err
 		}
 		for i, sub := range r.svc.subs {
@@ -359,7 +376,7 @@ func (r *registry) flush(ctx context.Context, now time.Time, all bool) {
 				return err
 			}
 		}
-		old := now.Add(-r.cfg.Keep).UnixMilli()
+		old := now.Add(-r.cfg.keep).UnixMilli()
 		for _, q := range []string{r.sql.Prune, r.sql.Forget} {
 			if _, err := ex.ExecContext(ctx, q, old); err != nil {
 				return err

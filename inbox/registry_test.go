@@ -26,7 +26,7 @@ func registered(t *testing.T, b *inbox.Broker, every time.Duration, h inbox.Hand
 	}
 	svc := inbox.NewService("invoices", "1.2.3", b)
 	svc.Signals = false
-	if err := svc.Register(inbox.RegistryConfig{Heartbeat: every}); err != nil {
+	if err := svc.Register(inbox.RegistryHeartbeat(every)); err != nil {
 		t.Fatal(err)
 	}
 	sub, err := inbox.Handle(svc, inbox.MustQueue[Job]("jobs"), h, opts...)
@@ -102,7 +102,7 @@ func TestRegistryMissingTables(t *testing.T) {
 		b := open(t, url, inbox.PollInterval(50*time.Millisecond))
 		svc := inbox.NewService("invoices", "1", b)
 		svc.Signals = false
-		if err := svc.Register(inbox.RegistryConfig{}); err != nil {
+		if err := svc.Register(); err != nil {
 			t.Fatal(err)
 		}
 		ev := inboxtest.NewEvents(t)

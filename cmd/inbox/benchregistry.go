@@ -101,7 +101,7 @@ func idleStatements(ctx context.Context, url, table string, reg bool, d time.Dur
 	svc := inbox.NewService("bench-idle", "0", b)
 	svc.Signals = false
 	if reg {
-		if err := svc.Register(inbox.RegistryConfig{}); err != nil {
+		if err := svc.Register(); err != nil {
 			return 0, err
 		}
 	}

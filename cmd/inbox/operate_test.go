@@ -58,7 +58,7 @@ func service(t *testing.T, url string) (*inbox.Service, *inbox.Subscription, cha
 	inboxCmd(t, "migrate-registry", "--db", url)
 	svc := inbox.NewService("invoices", "1.0.0", b)
 	svc.Signals = false
-	if err := svc.Register(inbox.RegistryConfig{Heartbeat: 50 * time.Millisecond}); err != nil {
+	if err := svc.Register(inbox.RegistryHeartbeat(50 * time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	handled := make(chan int64, 100)

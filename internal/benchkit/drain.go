@@ -111,7 +111,7 @@ func Drain(ctx context.Context, cfg Config, tr *Tracker) (Result, error) {
 		if cfg.Registry {
 			svc := inbox.NewService("bench", "0", b)
 			svc.Signals = false
-			if err := svc.Register(inbox.RegistryConfig{}); err != nil {
+			if err := svc.Register(); err != nil {
 				return Result{}, err
 			}
 			svc.Add(sub)

@@ -135,7 +135,7 @@ func runSchedules(ctx context.Context, db *sql.DB, started chan<- struct{}) erro
 func registered(b *inbox.Broker) (*inbox.Service, error) {
 	svc := inbox.NewService("invoices", "1.4.0", b)
 	svc.OnStart(func(ctx context.Context) error { return migrations.ApplyRegistry(ctx, b.DB()) })
-	if err := svc.Register(inbox.RegistryConfig{}); err != nil { // heartbeat: the poll interval
+	if err := svc.Register(); err != nil { // options: RegistryHeartbeat (the poll interval), RegistryKeep (24h)
 		return nil, err
 	}
 	return svc, nil

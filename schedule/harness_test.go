@@ -250,3 +250,13 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// openURL opens a pool on url, closed at the test's end.
+func openURL(t *testing.T, url string) *sql.DB {
+	db, _, err := dialect.Open(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}

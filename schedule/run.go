@@ -176,14 +176,16 @@ func (s *Scheduler) hold(ctx context.Context) error {
 }
 
 // beatOnce renews this instance's hold on its name and the heartbeat of
-// every schedule of this instance.
+// every schedule of this instance, which also tells operators its next
+// moment, runs and failures (no statement of their own).
 func (s *Scheduler) beatOnce(ctx context.Context) error {
 	if err := s.hold(ctx); err != nil {
 		return err
 	}
 	now := s.clk.Now()
 	for _, e := range s.entries {
-		if _, err := s.db.ExecContext(ctx, s.sql.Beat, e.name, s.name, e.runners(), s.times.Arg(now, s.ttl)); err != nil {
+		args := append([]any{e.name, s.name, e.runners(), s.times.Arg(now, s.ttl)}, s.beatArgs(e, now)...)
+		if _, err := s.db.ExecContext(ctx, s.sql.Beat, args...); err != nil {
 			return fmt.Errorf("schedule %q: %w", e.name, err)
 		}
 	}

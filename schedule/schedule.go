@@ -7,7 +7,7 @@
 // writes one row holding the membership it saw in the heartbeats table and
 // deals the moment's shares as rows, one per run, so every run of the moment
 // agrees on its share. Each instance claims the shares dealt to it under a
-// lease, renews it while the handler runs and deletes the share when the
+// lease, renews it while the handler runs and marks the share done when the
 // handler returns; a share whose lease runs out (its instance died) is taken
 // over by another live instance within about a heartbeat:
 //
@@ -183,6 +183,7 @@ type entry struct {
 	workers   int
 	loc       *time.Location // FiredAt's zone
 	running   atomic.Int64   // runs in flight on this instance
+	tally     tally          // runs and failures, told in the heartbeat
 }
 
 // runners is how many runs this instance has per moment of e.

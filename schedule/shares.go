@@ -8,15 +8,16 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
 
 // A moment's shares are rows that live instances claim with a lease, as an
 // inbox claims its rows: the instance a share was dealt to claims it at the
-// moment, renews its lease while the handler runs and deletes the row when
+// moment, renews its lease while the handler runs and marks the row done when
 // the handler returns. A share whose lease ran out (its instance died, or
 // never claimed it within a lease) is taken over by the next sweep of any
 // live instance that has the schedule, with a new token, so the dead
-// holder's late renewal or delete changes nothing.
+// holder's late renewal or settlement changes nothing.
 
 // shareKey names a share: its schedule, its moment in Unix milliseconds and
 // its worker.
@@ -66,6 +67,7 @@ func (s *Scheduler) start(e *entry, r Run, token string) {
 		defer s.runs.Done()
 		defer e.running.Add(-1)
 		err := s.call(ctx, e, r)
+		e.tally.add(err, s.clk.Now())
 		s.heldMu.Lock()
 		h.returned = true
 		s.heldMu.Unlock()
@@ -84,7 +86,7 @@ func (s *Scheduler) start(e *entry, r Run, token string) {
 		case err != nil && s.runsCtx.Err() != nil:
 			s.release(e, r, token) // cut short by Stop: another instance runs it
 		default:
-			s.finish(e, r, token)
+			s.finish(e, r, token, err)
 		}
 		cancel(nil)
 	}()
@@ -110,12 +112,18 @@ func (s *Scheduler) call(ctx context.Context, e *entry, r Run) (err error) {
 	return nil
 }
 
-// finish deletes a share that ran. If the delete fails, the share's lease
-// runs out and another instance runs it again.
-func (s *Scheduler) finish(e *entry, r Run, token string) {
+// finish marks a share that ran done, with its handler's error (runErr)
+// for operators. If the update fails, the share's lease runs out and
+// another instance runs it again.
+func (s *Scheduler) finish(e *entry, r Run, token string, runErr error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
 	defer cancel()
-	if _, err := s.db.ExecContext(ctx, s.sql.Finish, e.name, r.FiredAt.UnixMilli(), r.Worker, token); err != nil {
+	var text any
+	if runErr != nil {
+		text = errorText(runErr)
+	}
+	if _, err := s.db.ExecContext(ctx, s.sql.Finish, s.times.Arg(s.clk.Now(), 0), text, e.name, r.FiredAt.UnixMilli(), r.Worker, token,
+		s.times.Encode(dialect.DoneLease)); err != nil {
 		s.log.Warn("schedule: could not mark a share done; another instance may run it again once its lease runs out",
 			"schedule", e.name, "instance", s.name, "fired_at", r.FiredAt, "worker", r.Worker, "error", err)
 	}

@@ -48,6 +48,28 @@ func (s Spec) String() string {
 	return "unset"
 }
 
+// parseSpec reads a spec back from its String, as the heartbeats table
+// keeps it for operators.
+func parseSpec(text string) (Spec, error) {
+	if d, ok := strings.CutPrefix(text, "every "); ok {
+		every, err := time.ParseDuration(d)
+		if err != nil {
+			return Spec{}, fmt.Errorf("%w: %q: %v", ErrSpec, text, err)
+		}
+		return Every(every), nil
+	}
+	if rest, ok := strings.CutPrefix(text, "cron "); ok && strings.HasSuffix(rest, ")") {
+		if i := strings.LastIndex(rest, " ("); i >= 0 {
+			zone := rest[i+2 : len(rest)-1]
+			if zone == "UTC" {
+				zone = ""
+			}
+			return Cron(rest[:i], zone), nil
+		}
+	}
+	return Spec{}, fmt.Errorf("%w: %q is not a spec's String", ErrSpec, text)
+}
+
 // moments yields the moments of a schedule.
 type moments interface {
 	// next returns the first moment strictly after t, or the zero time when

@@ -3,6 +3,7 @@ package dialect
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // The schedule package's tables, created by migrations.ApplySchedules.
@@ -28,7 +29,10 @@ const (
 // reads the engine's now(). A share's moment is kept as Unix milliseconds.
 type ScheduleSQL struct {
 	// Beat upserts a heartbeat: $1 schedule, $2 instance, $3 runners,
-	// $4 expiry (Times.Arg(now, ttl)).
+	// $4 expiry (Times.Arg(now, ttl)), and what operators read: $5 spec,
+	// $6 placement, $7 next moment (Times.Encode, or nil), $8 runs and
+	// $9 failures since the instance started, $10 the last failure's error
+	// and $11 its time (Times.Encode; both nil without one).
 	Beat string
 	// Hold takes or renews instance name $1 for token $2 until $3
 	// (Times.Arg(now, ttl)) unless another token holds it past $4 (now).
@@ -55,12 +59,15 @@ type ScheduleSQL struct {
 	// after $2 (now less the heartbeat TTL): schedule, moment, worker.
 	Orphans string
 	// TakeOver claims share ($4 schedule, $5 moment, $6 worker) if its lease
-	// still ended at or before $7 (now): holder $1, token $2, lease $3. It
-	// returns the share's place.
+	// still ended at or before $7 (now) and it is not done: holder $1,
+	// token $2, lease $3. It returns the share's place.
 	TakeOver string
 	// Renew extends the lease of share ($2, $3, $4) held with token $5 to $1.
 	Renew string
-	// Finish deletes share ($1, $2, $3) held with token $4: it ran.
+	// Finish marks share ($3, $4, $5) held with token $6 done at $1
+	// (Times.Arg(now, 0)) with error $2 (nil when it succeeded). Its lease
+	// becomes $7 (Times.Encode(DoneLease)), which no sweep looks at; the
+	// row stays for operators until PruneShares.
 	Finish string
 	// Release hands share ($2, $3, $4) held with token $5 back: its lease
 	// ends at $1 (now), and the next sweep of a live instance takes it.
@@ -78,6 +85,11 @@ type ScheduleSQL struct {
 	PruneHolds string
 }
 
+// DoneLease is the lease written into a share that ran: before any
+// sweep's window (the last HeartbeatTTL), so that no instance, of this
+// version or of one that still deleted done shares, takes it over.
+var DoneLease = time.Unix(0, 0).UTC()
+
 // shareCols are the columns of a share's place, in the order TakeDealt and
 // TakeOver return them.
 const shareCols = `worker, workers, dealt_to, instance_index, instances, runner, runners`
@@ -86,8 +98,11 @@ const shareCols = `worker, workers, dealt_to, instance_index, instances, runner,
 func (d *Dialect) Schedule(t Times) ScheduleSQL {
 	hb, mo, sh, in := Quote(ScheduleHeartbeats), Quote(ScheduleMoments), Quote(ScheduleShares), Quote(ScheduleInstances)
 	return ScheduleSQL{
-		Beat: d.Rebind(`INSERT INTO ` + hb + ` (schedule, instance, runners, expires_at) VALUES ($1, $2, $3, ` + t.At(4) + `)
-ON CONFLICT (schedule, instance) DO UPDATE SET runners = excluded.runners, expires_at = excluded.expires_at`),
+		Beat: d.Rebind(`INSERT INTO ` + hb + ` (schedule, instance, runners, expires_at, spec, placement, next_at, runs, failures, last_error, last_error_at)
+VALUES ($1, $2, $3, ` + t.At(4) + `, $5, $6, $7, $8, $9, $10, $11)
+ON CONFLICT (schedule, instance) DO UPDATE SET runners = excluded.runners, expires_at = excluded.expires_at,
+spec = excluded.spec, placement = excluded.placement, next_at = excluded.next_at, runs = excluded.runs,
+failures = excluded.failures, last_error = excluded.last_error, last_error_at = excluded.last_error_at`),
 		Hold: d.Rebind(`INSERT INTO ` + in + ` (instance, token, expires_at) VALUES ($1, $2, ` + t.At(3) + `)
 ON CONFLICT (instance) DO UPDATE SET token = excluded.token, expires_at = excluded.expires_at
 WHERE ` + in + `.token = excluded.token OR ` + in + `.expires_at <= ` + t.At(4)),
@@ -100,9 +115,10 @@ WHERE ` + in + `.token = excluded.token OR ` + in + `.expires_at <= ` + t.At(4))
 WHERE schedule = $4 AND moment = $5 AND dealt_to = $1 AND holder IS NULL RETURNING ` + shareCols),
 		Orphans: d.Rebind(`SELECT schedule, moment, worker FROM ` + sh + ` WHERE locked_until <= ` + t.At(1) + ` AND locked_until > ` + t.At(2)),
 		TakeOver: d.Rebind(`UPDATE ` + sh + ` SET holder = $1, token = $2, locked_until = ` + t.At(3) + `
-WHERE schedule = $4 AND moment = $5 AND worker = $6 AND locked_until <= ` + t.At(7) + ` RETURNING ` + shareCols),
-		Renew:        d.Rebind(`UPDATE ` + sh + ` SET locked_until = ` + t.At(1) + ` WHERE schedule = $2 AND moment = $3 AND worker = $4 AND token = $5`),
-		Finish:       d.Rebind(`DELETE FROM ` + sh + ` WHERE schedule = $1 AND moment = $2 AND worker = $3 AND token = $4`),
+WHERE schedule = $4 AND moment = $5 AND worker = $6 AND locked_until <= ` + t.At(7) + ` AND done_at IS NULL RETURNING ` + shareCols),
+		Renew: d.Rebind(`UPDATE ` + sh + ` SET locked_until = ` + t.At(1) + ` WHERE schedule = $2 AND moment = $3 AND worker = $4 AND token = $5`),
+		Finish: d.Rebind(`UPDATE ` + sh + ` SET done_at = ` + t.At(1) + `, error = $2, token = NULL, locked_until = $7
+WHERE schedule = $3 AND moment = $4 AND worker = $5 AND token = $6`),
 		Release:      d.Rebind(`UPDATE ` + sh + ` SET locked_until = ` + t.At(1) + `, token = NULL WHERE schedule = $2 AND moment = $3 AND worker = $4 AND token = $5`),
 		Skip:         d.Rebind(`DELETE FROM ` + sh + ` WHERE schedule = $1 AND moment = $2 AND dealt_to = $3 AND holder IS NULL`),
 		PruneMoments: d.Rebind(`DELETE FROM ` + mo + ` WHERE fired_at < ` + t.At(1)),

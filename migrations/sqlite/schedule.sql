@@ -6,6 +6,13 @@ CREATE TABLE IF NOT EXISTS {{heartbeats}} (
     instance   TEXT    NOT NULL,
     runners    INTEGER NOT NULL,
     expires_at TEXT    NOT NULL,
+    spec          TEXT    NOT NULL DEFAULT '',
+    placement     TEXT    NOT NULL DEFAULT '',
+    next_at       TEXT,
+    runs          INTEGER NOT NULL DEFAULT 0,
+    failures      INTEGER NOT NULL DEFAULT 0,
+    last_error    TEXT,
+    last_error_at TEXT,
     PRIMARY KEY (schedule, instance)
 )
 -- ;
@@ -24,9 +31,10 @@ CREATE TABLE IF NOT EXISTS {{moments}} (
 -- Serves the prune of old moments.
 CREATE INDEX IF NOT EXISTS {{moments}}_fired_at ON {{moments}} (fired_at)
 -- ;
--- One row per share of a moment not yet done: dealt to one instance, held
--- under a lease by the instance that runs it (dealt_to, or another that took
--- it over when the lease ran out). A share that ran is deleted.
+-- One row per share of a moment: dealt to one instance, held under a lease
+-- by the instance that runs it (dealt_to, or another that took it over when
+-- the lease ran out). A share that ran gets done_at and its handler's error
+-- and stays, for operators, until its moment is pruned.
 CREATE TABLE IF NOT EXISTS {{shares}} (
     schedule       TEXT    NOT NULL,
     moment         INTEGER NOT NULL,
@@ -40,6 +48,8 @@ CREATE TABLE IF NOT EXISTS {{shares}} (
     holder         TEXT,
     token          TEXT,
     locked_until   TEXT    NOT NULL,
+    done_at        TEXT,
+    error          TEXT,
     PRIMARY KEY (schedule, moment, worker)
 )
 -- ;

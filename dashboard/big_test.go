@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,6 +54,7 @@ func TestTenMillionRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	searched := regexp.MustCompile(`, searched ids through \d+`)
 	c := client(t)
 	srv := newServer(t, h)
 	for _, page := range []string{"", "queue?table=big_jobs", "queue?table=big_jobs&state=parked", "queue?table=big_jobs&state=delayed",
@@ -63,7 +66,7 @@ func TestTenMillionRows(t *testing.T) {
 			if code != http.StatusOK {
 				t.Fatalf("%s: %d\n%s", page, code, body)
 			}
-			t.Logf("%-45s %v", "/"+page, took)
+			t.Logf("%-45s %v  %d rows%s", "/"+page, took, strings.Count(body, "<tr data-id="), searched.FindString(body))
 			if took > 10*time.Second {
 				t.Errorf("/%s took %v on 10M rows", page, took)
 			}

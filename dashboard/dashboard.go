@@ -49,6 +49,11 @@ type Config struct {
 	PageSize int
 	// Logger logs failed reads and actions. Defaults to slog.Default().
 	Logger *slog.Logger
+
+	// A state's view reads the key this many rows at a time, for at most
+	// this long (see Handler.rows); tests make them small.
+	scanWindow int
+	scanBudget time.Duration
 }
 
 // Defaults of Config.
@@ -75,6 +80,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.scanWindow == 0 {
+		c.scanWindow, c.scanBudget = scanWindow, scanBudget
 	}
 	return c, nil
 }

@@ -33,6 +33,8 @@ type page struct {
 	States                        []string
 	State, SearchID, Next         string
 	PageSize                      int
+	Searched                      bool // the page stopped at SearchedTo before it filled
+	SearchedTo                    int64
 	Err                           string
 	Places                        []lock.Place
 	Schedules                     schedule.Status
@@ -156,18 +158,23 @@ func (h *Handler) queue(w http.ResponseWriter, r *http.Request) {
 		rf.IDs = []int64{id}
 	}
 	rf.After, _ = strconv.ParseInt(r.FormValue("after"), 10, 64)
-	rows, err := h.op.Rows(ctx, q.QueueRef, rf)
+	rows, searched, err := h.rows(ctx, q.QueueRef, rf)
 	if err != nil {
 		p.Flash, p.FlashBad = err.Error(), true
 	}
 	if len(rows) > h.cfg.PageSize {
 		rows = rows[:h.cfg.PageSize]
+		searched = rows[len(rows)-1].ID
+	}
+	if searched != 0 {
 		next := queueQuery(table, group)
-		next.Set("after", strconv.FormatInt(rows[len(rows)-1].ID, 10))
+		next.Set("after", strconv.FormatInt(searched, 10))
 		if rf.States != nil {
 			next.Set("state", p.State)
 		}
 		p.Next = "queue?" + next.Encode()
+		p.Searched = len(rows) < h.cfg.PageSize
+		p.SearchedTo = searched
 	}
 	for _, row := range rows {
 		p.Rows = append(p.Rows, rowView{ID: row.ID, Attempts: row.Attempts, State: row.State, Due: due(row.LockedUntil, row.State),

@@ -29,6 +29,7 @@ type AdminFilter struct {
 	Group   *string   // nil for every group
 	IDs     []int64   // nil for any id
 	After   *int64    // ids above it; nil for any
+	Through *int64    // ids at or below it; nil for any
 	// ErrorContains keeps rows whose last error holds it ("" for any).
 	ErrorContains string
 	States        []string // nil for any state
@@ -65,6 +66,9 @@ func (d *Dialect) Where(t AdminTable, f AdminFilter) (string, []any, error) {
 	}
 	if f.After != nil {
 		conds = append(conds, t.ID+" > "+arg(*f.After))
+	}
+	if f.Through != nil {
+		conds = append(conds, t.ID+" <= "+arg(*f.Through))
 	}
 	if f.ErrorContains != "" {
 		if t.LastError == "" {

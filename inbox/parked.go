@@ -19,7 +19,8 @@ func ListParked[T any](ctx context.Context, b *Broker, q Queue[T]) ([]T, error) 
 	if err != nil {
 		return nil, err
 	}
-	rows, err := b.db.QueryContext(ctx, stmts.Parked, t.Times.Encode(dialect.Never), groupArg(q))
+	call := stmts.Parked.Call(groupArg(q))
+	rows, err := b.db.QueryContext(ctx, call.SQL, call.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: list parked rows of %q: %w", q.table, err)
 	}
@@ -44,14 +45,15 @@ func Unpark[T any](ctx context.Context, b *Broker, q Queue[T], ids ...int64) (in
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	t, stmts, err := adminSQL(ctx, b, q)
+	_, stmts, err := adminSQL(ctx, b, q)
 	if err != nil {
 		return 0, err
 	}
 	if err := b.writer.Lock(ctx); err != nil {
 		return 0, fmt.Errorf("inbox: unpark rows of %q: waiting for the turn to write: %w", q.table, err)
 	}
-	res, err := b.db.ExecContext(ctx, stmts.Unpark, t.Times.Encode(dialect.Never), b.d.ListArg(ids), groupArg(q))
+	call := stmts.Unpark.Call(ids, groupArg(q))
+	res, err := b.db.ExecContext(ctx, call.SQL, call.Args...)
 	b.writer.Unlock()
 	if err != nil {
 		return 0, fmt.Errorf("inbox: unpark rows of %q: %w", q.table, err)
@@ -98,7 +100,8 @@ func Count[T any](ctx context.Context, b *Broker, q Queue[T]) (Counts, error) {
 	t.Times.InDatabase = clock.InDatabase(b.clock)
 	stmts = b.d.Inbox(t.Table, t.Times)
 	var c Counts
-	if err := b.db.QueryRowContext(ctx, stmts.Count, t.Times.Arg(b.clock.Now(), 0), t.Times.Encode(dialect.Never), groupArg(q)).
+	call := stmts.Count.Call(b.clock.Now(), groupArg(q))
+	if err := b.db.QueryRowContext(ctx, call.SQL, call.Args...).
 		Scan(&c.Available, &c.Held, &c.Parked); err != nil {
 		return Counts{}, fmt.Errorf("inbox: count rows of %q: %w", q.table, err)
 	}

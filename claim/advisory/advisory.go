@@ -162,7 +162,8 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 		if len(gone) == 0 {
 			break
 		}
-		if _, err := conn.ExecContext(ctx, c.env.SQL.Unlock, c.class, gone); err != nil {
+		q := c.env.SQL.Unlock.Call(c.class, gone)
+		if _, err := conn.ExecContext(ctx, q.SQL, q.Args...); err != nil {
 			p.dirty = true
 			p.close()
 			return nil, c.fail("unlock rows gone since the look", err)
@@ -201,8 +202,8 @@ func (c *claimer) lock(ctx context.Context, conn *sql.Conn, max int, after *curs
 		// with twice the reach, so any number of held rows is passed, in
 		// a few rounds (the walk ends at the table's end in any case).
 		try := min((2*want+walkSlack)<<min(round, 8), maxWalk)
-		rows, err := conn.QueryContext(ctx, e.SQL.LockAvailable,
-			e.Table.Times.Arg(e.Clock.Now(), 0), want, e.Group, c.class, after.id, try, after.pri)
+		q := e.SQL.LockAvailable.Call(e.Clock.Now(), want, e.Group, c.class, after.id, after.pri, try)
+		rows, err := conn.QueryContext(ctx, q.SQL, q.Args...)
 		if err != nil {
 			return nil, c.fail("lock", err)
 		}
@@ -243,7 +244,8 @@ func (c *claimer) lock(ctx context.Context, conn *sql.Conn, max int, after *curs
 // lock.
 func (c *claimer) reread(ctx context.Context, conn *sql.Conn, ids []int64) ([]*claim.Job, error) {
 	e := &c.env
-	rows, err := conn.QueryContext(ctx, e.SQL.Reread, ids, e.Table.Times.Arg(e.Clock.Now(), 0))
+	q := e.SQL.Reread.Call(ids, e.Clock.Now())
+	rows, err := conn.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return nil, c.fail("read locked rows", err)
 	}

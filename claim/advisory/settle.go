@@ -50,10 +50,9 @@ func newPin(c *claimer, conn *sql.Conn) *pin {
 
 // settlement is one job's settlement, queued on its pin.
 type settlement struct {
-	h     *held
-	what  string // "ack", "retry", "park", "snooze", "release"
-	query string // the statement before the unlock; "" for a release
-	args  []any
+	h    *held
+	what string       // "ack", "retry", "park", "snooze", "release"
+	call dialect.Call // the statement before the unlock; none for a release
 }
 
 // close gives the connection back to the pool, or ends it when a lock may
@@ -102,7 +101,7 @@ type held struct {
 // statement on the row (none for a release), then the unlock on the same
 // session. A failed statement still unlocks, so the row is free at once and
 // the settlement changed nothing: that is claim.ErrLost.
-func (h *held) settle(ctx context.Context, what, query string, args ...any) error {
+func (h *held) settle(ctx context.Context, what string, q dialect.Call) error {
 	p := h.p
 	p.mu.Lock()
 	if h.done {
@@ -111,7 +110,7 @@ func (h *held) settle(ctx context.Context, what, query string, args ...any) erro
 	}
 	h.done = true
 	p.mu.Unlock()
-	err := p.commit.Do(ctx, settlement{h: h, what: what, query: query, args: args})
+	err := p.commit.Do(ctx, settlement{h: h, what: what, call: q})
 	if err != nil && err == ctx.Err() {
 		// The settlement still runs in its flush; its caller stops waiting.
 		return fmt.Errorf("%s row %d of %q (advisory): %w", what, h.id, p.c.env.Table.Unquoted, err)
@@ -180,16 +179,17 @@ func (p *pin) execAcks(ctx context.Context, batch []settlement, errs []error, ac
 // the session may still hold the row's lock, and the settlement's error.
 func (p *pin) exec(ctx context.Context, s *settlement) (dirty bool, err error) {
 	e := &p.c.env
-	if s.query != "" {
+	if s.call.SQL != "" {
 		var res sql.Result
-		res, err = p.conn.ExecContext(ctx, s.query, s.args...)
+		res, err = p.conn.ExecContext(ctx, s.call.SQL, s.call.Args...)
 		if err == nil {
 			if n, rerr := res.RowsAffected(); rerr == nil && n == 0 {
 				err = claim.ErrLost // deleted by someone who ignores the lock
 			}
 		}
 	}
-	if _, uerr := p.conn.ExecContext(ctx, e.SQL.Unlock, p.c.class, []int64{s.h.id}); uerr != nil {
+	u := e.SQL.Unlock.Call(p.c.class, []int64{s.h.id})
+	if _, uerr := p.conn.ExecContext(ctx, u.SQL, u.Args...); uerr != nil {
 		dirty = true
 		if err == nil {
 			err = fmt.Errorf("unlock: %w", uerr)
@@ -204,7 +204,7 @@ func (p *pin) exec(ctx context.Context, s *settlement) (dirty bool, err error) {
 // outcome words a failed settlement for its caller.
 func outcome(e *claim.Env, s *settlement, err error) error {
 	switch {
-	case err == claim.ErrLost, s.query == "":
+	case err == claim.ErrLost, s.call.SQL == "":
 		return fmt.Errorf("%s row %d of %q (advisory): %w", s.what, s.h.id, e.Table.Unquoted, err)
 	default:
 		return fmt.Errorf("%s row %d of %q (advisory): %w: %w", s.what, s.h.id, e.Table.Unquoted, claim.ErrLost, err)
@@ -244,7 +244,8 @@ func (p *pin) ackMany(ctx context.Context, ids []int64) (deleted map[int64]bool,
 	}
 	deleted = make(map[int64]bool, len(ids))
 	err = func() error {
-		rows, err := p.conn.QueryContext(ctx, e.SQL.DeleteMany, ids)
+		q := e.SQL.DeleteMany.Call(ids)
+		rows, err := p.conn.QueryContext(ctx, q.SQL, q.Args...)
 		if err != nil {
 			return err
 		}
@@ -258,7 +259,8 @@ func (p *pin) ackMany(ctx context.Context, ids []int64) (deleted map[int64]bool,
 		}
 		return rows.Err()
 	}()
-	_, uerr = p.conn.ExecContext(ctx, e.SQL.Unlock, p.c.class, ids)
+	u := e.SQL.Unlock.Call(p.c.class, ids)
+	_, uerr = p.conn.ExecContext(ctx, u.SQL, u.Args...)
 	return deleted, err, uerr
 }
 
@@ -269,9 +271,9 @@ func (p *pin) ackMany(ctx context.Context, ids []int64) (deleted map[int64]bool,
 func pipelineAck(ctx context.Context, pc *pgconn.PgConn, q dialect.InboxSQL, class int32, ids []int64) (deleted map[int64]bool, err, uerr error) {
 	arr := idArray(ids)
 	pl := pc.StartPipeline(ctx)
-	pl.SendQueryParams(q.DeleteMany, [][]byte{arr}, nil, nil, nil)
+	pl.SendQueryParams(q.DeleteMany.SQL(), [][]byte{arr}, nil, nil, nil)
 	pl.SendPipelineSync()
-	pl.SendQueryParams(q.Unlock, [][]byte{[]byte(strconv.Itoa(int(class))), arr}, nil, nil, nil)
+	pl.SendQueryParams(q.Unlock.SQL(), [][]byte{[]byte(strconv.Itoa(int(class))), arr}, nil, nil, nil)
 	if err := pl.Sync(); err != nil {
 		pl.Close()
 		return nil, err, err
@@ -360,36 +362,36 @@ func orErr(a, b error) error {
 // Ack deletes the row, then unlocks it once the delete has committed.
 func (h *held) Ack(ctx context.Context) error {
 	if h.ackedInTx() {
-		return h.settle(ctx, "unlock", "")
+		return h.settle(ctx, "unlock", dialect.Call{})
 	}
-	return h.settle(ctx, "ack", h.p.c.env.SQL.Delete, h.id)
+	return h.settle(ctx, "ack", h.p.c.env.SQL.Delete.Call(h.id))
 }
 
 // Retry sets the row's time to now+delay, counts the attempt, and unlocks.
 func (h *held) Retry(ctx context.Context, delay time.Duration, lastError string) error {
 	e := &h.p.c.env
-	return h.settle(ctx, "retry", e.SQL.RetryLocked, h.id, nil, e.Table.Times.Arg(e.Clock.Now(), delay), nullable(lastError))
+	return h.settle(ctx, "retry", e.SQL.RetryLocked.Call(h.id, e.Clock.Now(), delay, lastError))
 }
 
 // Park sets the row aside for good, and unlocks.
 func (h *held) Park(ctx context.Context, lastError string) error {
 	e := &h.p.c.env
-	return h.settle(ctx, "park", e.SQL.ParkLocked, h.id, nil, e.Table.Times.Encode(dialect.Never), nullable(lastError))
+	return h.settle(ctx, "park", e.SQL.ParkLocked.Call(h.id, lastError))
 }
 
 // Snooze sets the row's time to now+delay, gives its attempt back, and
 // unlocks.
 func (h *held) Snooze(ctx context.Context, delay time.Duration) error {
 	e := &h.p.c.env
-	return h.settle(ctx, "snooze", e.SQL.SnoozeLocked, h.id, nil, e.Table.Times.Arg(e.Clock.Now(), delay))
+	return h.settle(ctx, "snooze", e.SQL.SnoozeLocked.Call(h.id, e.Clock.Now(), delay))
 }
 
 // Release gives the row's attempt back and unlocks it.
 func (h *held) Release(ctx context.Context) error {
 	if h.p.c.env.Table.Attempts != "" {
-		return h.settle(ctx, "release", h.p.c.env.SQL.ReleaseLocked, h.id)
+		return h.settle(ctx, "release", h.p.c.env.SQL.ReleaseLocked.Call(h.id))
 	}
-	return h.settle(ctx, "release", "")
+	return h.settle(ctx, "release", dialect.Call{})
 }
 
 // Hold ends when the claim's session is seen to end.
@@ -418,10 +420,3 @@ func (h *held) Forget() {
 
 // Extend does nothing: an advisory lock lasts as long as its session.
 func (h *held) Extend(context.Context, time.Duration) error { return nil }
-
-func nullable(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}

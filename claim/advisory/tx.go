@@ -40,7 +40,8 @@ func (h *held) EndTx() { h.p.watch.Start() }
 // delete may still roll back.
 func (h *held) AckTx(ctx context.Context, tx *sql.Tx) error {
 	e := &h.p.c.env
-	res, err := tx.ExecContext(ctx, e.SQL.Delete, h.id)
+	q := e.SQL.Delete.Call(h.id)
+	res, err := tx.ExecContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return fmt.Errorf("ack row %d of %q (advisory) in the handler's transaction: %w", h.id, e.Table.Unquoted, err)
 	}

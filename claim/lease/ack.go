@@ -2,10 +2,7 @@ package lease
 
 import (
 	"context"
-	"database/sql"
-	"encoding/json"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/internal/claim"
@@ -46,12 +43,12 @@ const ackTimeout = 30 * time.Second
 // before the next ack comes.
 type acker struct {
 	c      *claimer
-	commit *groupcommit.Committer[ackReq]
+	commit *groupcommit.Committer[dialect.Fenced]
 }
 
 func newAcker(c *claimer) *acker {
 	a := &acker{c: c}
-	a.commit = groupcommit.New(groupcommit.Config[ackReq]{
+	a.commit = groupcommit.New(groupcommit.Config[dialect.Fenced]{
 		Flush: a.flush, Max: maxAckBatch, Linger: ackLinger, Idle: ackIdle,
 	})
 	return a
@@ -63,27 +60,21 @@ func (a *acker) claimed(n int) { a.commit.Expect(n) }
 // settled counts a job settled without an ack (retried, parked, released).
 func (a *acker) settled() { a.commit.Drop() }
 
-// ackReq is one ack: the row and the lease its claim wrote, the fence.
-type ackReq struct {
-	id    int64
-	lease time.Time
-}
-
 func (a *acker) ack(ctx context.Context, id int64, lease time.Time) error {
-	err := a.commit.Do(ctx, ackReq{id: id, lease: lease})
+	err := a.commit.Do(ctx, dialect.Fenced{ID: id, Lease: lease})
 	if err != nil && err == ctx.Err() { // the caller stopped waiting
 		return fmt.Errorf("ack row %d of %q: %w", id, a.c.env.Table.Unquoted, err)
 	}
 	return err
 }
 
-func (a *acker) flush(batch []ackReq, errs []error) {
+func (a *acker) flush(batch []dialect.Fenced, errs []error) {
 	e := &a.c.env
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
 	if len(batch) == 1 {
 		r := batch[0]
-		errs[0] = execFenced(ctx, e, "ack", e.SQL.Ack, r.id, r.id, e.Table.Times.Encode(r.lease))
+		errs[0] = execFenced(ctx, e, "ack", r.ID, e.SQL.Ack.Call(r.ID, r.Lease))
 		return
 	}
 	var deleted map[int64]bool
@@ -95,49 +86,21 @@ func (a *acker) flush(batch []ackReq, errs []error) {
 	for i, r := range batch {
 		switch {
 		case err != nil:
-			errs[i] = fmt.Errorf("ack row %d of %q: %w", r.id, e.Table.Unquoted, err)
-		case !deleted[r.id]:
-			errs[i] = fmt.Errorf("ack row %d of %q: %w", r.id, e.Table.Unquoted, claim.ErrLost)
+			errs[i] = fmt.Errorf("ack row %d of %q: %w", r.ID, e.Table.Unquoted, err)
+		case !deleted[r.ID]:
+			errs[i] = fmt.Errorf("ack row %d of %q: %w", r.ID, e.Table.Unquoted, claim.ErrLost)
 		}
 	}
 }
 
 // deleteMany runs AckMany on the batch and returns the ids it deleted.
-func (a *acker) deleteMany(ctx context.Context, batch []ackReq) (map[int64]bool, error) {
+func (a *acker) deleteMany(ctx context.Context, batch []dialect.Fenced) (map[int64]bool, error) {
 	e := &a.c.env
-	var (
-		rows *sql.Rows
-		err  error
-	)
-	if e.Dialect.Kind == dialect.Postgres {
-		// Two array literals, the leases in microseconds since the epoch:
-		// written here in one buffer each, where the driver's arrays of
-		// int64 and time.Time take an allocation or three per element
-		// (see BENCHMARKS.md, "Changes").
-		ids := make([]byte, 0, 2+len(batch)*20)
-		fences := make([]byte, 0, 2+len(batch)*20)
-		ids, fences = append(ids, '{'), append(fences, '{')
-		for i, r := range batch {
-			if i > 0 {
-				ids, fences = append(ids, ','), append(fences, ',')
-			}
-			ids = strconv.AppendInt(ids, r.id, 10)
-			fences = strconv.AppendInt(fences, r.lease.UnixMicro(), 10)
-		}
-		ids, fences = append(ids, '}'), append(fences, '}')
-		rows, err = e.Stmts.QueryContext(ctx, e.SQL.AckMany, string(ids), string(fences))
-	} else {
-		pairs := make([][2]any, len(batch))
-		for i, r := range batch {
-			pairs[i] = [2]any{r.id, e.Table.Times.Encode(r.lease)}
-		}
-		var arg []byte
-		arg, err = json.Marshal(pairs)
-		if err != nil {
-			return nil, err
-		}
-		rows, err = e.Stmts.QueryContext(ctx, e.SQL.AckMany, string(arg))
+	q, err := e.SQL.AckMany.Call(batch)
+	if err != nil {
+		return nil, err
 	}
+	rows, err := e.Stmts.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return nil, err
 	}

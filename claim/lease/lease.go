@@ -68,8 +68,8 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 		return nil, err
 	}
 	from := c.mark.Start(now, e.Rescan)
-	rows, err := e.Stmts.QueryContext(ctx, e.SQL.ClaimLease,
-		e.Table.Times.Arg(now, e.Lease), e.Table.Times.Arg(now, 0), max, e.Group, from)
+	q := e.SQL.ClaimLease.Call(now, e.Lease, max, e.Group, from)
+	rows, err := e.Stmts.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim from %q: %w", e.Table.Unquoted, err)
 	}
@@ -99,7 +99,7 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 // at the table's start.
 func (c *claimer) readFloor(ctx context.Context, now time.Time) error {
 	e := &c.env
-	if e.SQL.Floor == "" {
+	if e.SQL.Floor.SQL() == "" {
 		return nil
 	}
 	from, due := c.mark.FloorDue(now, e.Rescan)
@@ -107,7 +107,8 @@ func (c *claimer) readFloor(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	var least sql.NullInt64
-	if err := e.DB.QueryRowContext(ctx, e.SQL.Floor, from, e.Group).Scan(&least); err != nil {
+	q := e.SQL.Floor.Call(from, e.Group)
+	if err := e.DB.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&least); err != nil {
 		return fmt.Errorf("claim from %q: read where its rows begin: %w", e.Table.Unquoted, err)
 	}
 	c.mark.SetFloor(now, from, least)
@@ -125,19 +126,16 @@ type settler struct {
 	inTx bool // acked inside the handler's transaction (see AckTx)
 }
 
-// fence is the lease as a statement's parameter.
-func (s *settler) fence() any { return s.c.env.Table.Times.Encode(s.lease) }
-
 // exec runs a fenced statement and reports ErrLost when it changed nothing.
-func (s *settler) exec(ctx context.Context, what, query string, args ...any) error {
-	return execFenced(ctx, &s.c.env, what, query, s.id, args...)
+func (s *settler) exec(ctx context.Context, what string, q dialect.Call) error {
+	return execFenced(ctx, &s.c.env, what, s.id, q)
 }
 
-func execFenced(ctx context.Context, e *claim.Env, what, query string, id int64, args ...any) error {
+func execFenced(ctx context.Context, e *claim.Env, what string, id int64, q dialect.Call) error {
 	if err := e.Writer.Lock(ctx); err != nil {
 		return fmt.Errorf("%s row %d of %q: %w", what, id, e.Table.Unquoted, err)
 	}
-	res, err := e.Stmts.ExecContext(ctx, query, args...)
+	res, err := e.Stmts.ExecContext(ctx, q.SQL, q.Args...)
 	e.Writer.Unlock()
 	if err != nil {
 		return fmt.Errorf("%s row %d of %q: %w", what, id, e.Table.Unquoted, err)
@@ -164,25 +162,25 @@ func (s *settler) AckAsync(done func(error)) {
 		done(nil)
 		return
 	}
-	s.c.acks.commit.Submit(ackReq{id: s.id, lease: s.lease}, done)
+	s.c.acks.commit.Submit(dialect.Fenced{ID: s.id, Lease: s.lease}, done)
 }
 
 func (s *settler) Retry(ctx context.Context, delay time.Duration, lastError string) error {
 	defer s.c.acks.settled()
 	e := &s.c.env
-	return s.exec(ctx, "retry", e.SQL.Retry, s.id, s.fence(), e.Table.Times.Arg(e.Clock.Now(), delay), nullable(lastError))
+	return s.exec(ctx, "retry", e.SQL.Retry.Call(s.id, s.lease, e.Clock.Now(), delay, lastError))
 }
 
 func (s *settler) Park(ctx context.Context, lastError string) error {
 	defer s.c.acks.settled()
 	e := &s.c.env
-	return s.exec(ctx, "park", e.SQL.Park, s.id, s.fence(), e.Table.Times.Encode(dialect.Never), nullable(lastError))
+	return s.exec(ctx, "park", e.SQL.Park.Call(s.id, s.lease, lastError))
 }
 
 func (s *settler) Snooze(ctx context.Context, delay time.Duration) error {
 	defer s.c.acks.settled()
 	e := &s.c.env
-	return s.exec(ctx, "snooze", e.SQL.Snooze, s.id, s.fence(), e.Table.Times.Arg(e.Clock.Now(), delay))
+	return s.exec(ctx, "snooze", e.SQL.Snooze.Call(s.id, s.lease, e.Clock.Now(), delay))
 }
 
 // Forget stops counting a job whose lease was lost among those in work,
@@ -191,18 +189,18 @@ func (s *settler) Forget() { s.c.acks.settled() }
 
 func (s *settler) Release(ctx context.Context) error {
 	defer s.c.acks.settled()
-	return s.exec(ctx, "release", s.c.env.SQL.Release, s.id, s.fence())
+	return s.exec(ctx, "release", s.c.env.SQL.Release.Call(s.id, s.lease))
 }
 
 func (s *settler) Extend(ctx context.Context, lease time.Duration) error {
 	e := &s.c.env
 	s.mu.Lock()
-	inTx, fence := s.inTx, s.fence()
+	inTx, fence := s.inTx, s.lease
 	s.mu.Unlock()
 	if inTx {
 		return nil // the handler's transaction is deleting the row
 	}
-	raw, err := queryOne(ctx, e, e.SQL.Extend, s.id, fence, e.Table.Times.Arg(e.Clock.Now(), lease))
+	raw, err := queryOne(ctx, e, e.SQL.Extend.Call(s.id, fence, e.Clock.Now(), lease))
 	if err == sql.ErrNoRows {
 		return fmt.Errorf("extend row %d of %q: %w", s.id, e.Table.Unquoted, claim.ErrLost)
 	}
@@ -221,12 +219,12 @@ func (s *settler) Extend(ctx context.Context, lease time.Duration) error {
 
 // queryOne returns the one column of the first row query returns, or
 // sql.ErrNoRows.
-func queryOne(ctx context.Context, e *claim.Env, query string, args ...any) (any, error) {
+func queryOne(ctx context.Context, e *claim.Env, q dialect.Call) (any, error) {
 	if err := e.Writer.Lock(ctx); err != nil {
 		return nil, err
 	}
 	defer e.Writer.Unlock()
-	rows, err := e.Stmts.QueryContext(ctx, query, args...)
+	rows, err := e.Stmts.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return nil, err
 	}
@@ -242,11 +240,4 @@ func queryOne(ctx context.Context, e *claim.Env, query string, args ...any) (any
 		return nil, err
 	}
 	return v, rows.Close()
-}
-
-func nullable(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
 }

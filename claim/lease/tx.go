@@ -16,10 +16,11 @@ import (
 func (s *settler) AckTx(ctx context.Context, tx *sql.Tx) error {
 	s.mu.Lock()
 	s.inTx = true
-	fence := s.fence()
+	fence := s.lease
 	s.mu.Unlock()
 	e := &s.c.env
-	res, err := tx.ExecContext(ctx, e.SQL.Ack, s.id, fence)
+	q := e.SQL.Ack.Call(s.id, fence)
+	res, err := tx.ExecContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return fmt.Errorf("ack row %d of %q in the handler's transaction: %w", s.id, e.Table.Unquoted, err)
 	}

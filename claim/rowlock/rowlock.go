@@ -49,14 +49,14 @@ func (f form) New(env claim.Env) (claim.Claimer, error) {
 	if err := claim.CheckEnv(f, env); err != nil {
 		return nil, err
 	}
-	return &claimer{env: env, query: env.SQL.SelectAvailable + " FOR UPDATE SKIP LOCKED"}, nil
+	return &claimer{env: env, query: env.SQL.SelectAvailable.Locking("FOR UPDATE SKIP LOCKED")}, nil
 }
 
 type claimer struct {
 	env   claim.Env
-	query string
-	held  atomic.Int64 // connections taken: claims in flight and jobs in work
-	mark  claim.Mark   // where the next claim starts (see claim.Mark)
+	query dialect.SelectAvailableSQL // with its lock clause
+	held  atomic.Int64               // connections taken: claims in flight and jobs in work
+	mark  claim.Mark                 // where the next claim starts (see claim.Mark)
 }
 
 // Traits: one row a claim, each holding a transaction, and so a
@@ -86,7 +86,7 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 		c.uncount()
 		return nil, fmt.Errorf("claim from %q (rowlock): take a connection: %w", e.Table.Unquoted, err)
 	}
-	counted := e.SQL.ClaimHold != ""
+	counted := e.SQL.ClaimHold.SQL() != ""
 	var j *claim.Job
 	if counted {
 		if j, err = c.takeCounted(ctx, conn); err != nil || j == nil {
@@ -113,7 +113,7 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 		h.end(false)
 		return nil, err
 	}
-	h.id, h.counted = j.ID, e.SQL.ClaimHold != ""
+	h.id, h.counted = j.ID, e.SQL.ClaimHold.SQL() != ""
 	j.Settler = h
 	h.watch.Start()
 	return []*claim.Job{j}, nil
@@ -131,7 +131,8 @@ const holdGap = 2 * time.Second
 func (c *claimer) takeCounted(ctx context.Context, conn *sql.Conn) (*claim.Job, error) {
 	e := &c.env
 	now := e.Clock.Now()
-	rows, err := conn.QueryContext(ctx, e.SQL.ClaimHold, e.Table.Times.Arg(now, holdGap), e.Table.Times.Arg(now, 0), nil, e.Group, c.mark.Start(now, e.Rescan))
+	q := e.SQL.ClaimHold.Call(now, holdGap, e.Group, c.mark.Start(now, e.Rescan))
+	rows, err := conn.QueryContext(ctx, q.SQL, q.Args...)
 	return c.first(rows, err)
 }
 
@@ -140,7 +141,8 @@ func (c *claimer) takeCounted(ctx context.Context, conn *sql.Conn) (*claim.Job, 
 // else's, and none is taken.
 func (c *claimer) lockCounted(ctx context.Context, tx *sql.Tx, j *claim.Job) (*claim.Job, error) {
 	e := &c.env
-	res, err := tx.ExecContext(ctx, e.SQL.HoldOne, j.ID, e.Table.Times.Encode(j.Lease))
+	q := e.SQL.HoldOne.Call(j.ID, j.Lease)
+	res, err := tx.ExecContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim from %q (rowlock): lock row %d: %w", e.Table.Unquoted, j.ID, err)
 	}
@@ -158,7 +160,8 @@ func (c *claimer) lockCounted(ctx context.Context, tx *sql.Tx, j *claim.Job) (*c
 func (c *claimer) take(ctx context.Context, tx *sql.Tx) (*claim.Job, error) {
 	e := &c.env
 	now := e.Clock.Now()
-	rows, err := tx.QueryContext(ctx, c.query, e.Table.Times.Arg(now, 0), e.Group, c.mark.Start(now, e.Rescan))
+	q := c.query.Call(now, e.Group, c.mark.Start(now, e.Rescan))
+	rows, err := tx.QueryContext(ctx, q.SQL, q.Args...)
 	return c.first(rows, err)
 }
 
@@ -246,7 +249,7 @@ func (c *claimer) uncount() {
 // rolls the transaction back, which frees the row at once: the holder holds
 // it no more and its settlement changed nothing, so it is reported as
 // claim.ErrLost.
-func (h *hold) settle(ctx context.Context, what, query string, args ...any) error {
+func (h *hold) settle(ctx context.Context, what string, q dialect.Call) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e := &h.c.env
@@ -259,13 +262,13 @@ func (h *hold) settle(ctx context.Context, what, query string, args ...any) erro
 		h.end(false)
 		return fmt.Errorf("%s row %d of %q (rowlock): %w: %w", what, h.id, e.Table.Unquoted, claim.ErrLost, claim.ErrHoldLost)
 	}
-	if query == "" {
+	if q.SQL == "" {
 		h.end(false)
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
 	defer cancel()
-	res, err := h.tx.ExecContext(ctx, query, args...)
+	res, err := h.tx.ExecContext(ctx, q.SQL, q.Args...)
 	if err == nil {
 		if n, rerr := res.RowsAffected(); rerr == nil && n == 0 {
 			// The row is locked by this transaction: it cannot be gone.
@@ -286,41 +289,34 @@ func (h *hold) settle(ctx context.Context, what, query string, args ...any) erro
 
 // Ack deletes the row and commits.
 func (h *hold) Ack(ctx context.Context) error {
-	return h.settle(ctx, "ack", h.c.env.SQL.Delete, h.id)
+	return h.settle(ctx, "ack", h.c.env.SQL.Delete.Call(h.id))
 }
 
 // Retry sets the row's time to now+delay, counts the attempt and commits.
 func (h *hold) Retry(ctx context.Context, delay time.Duration, lastError string) error {
 	e := &h.c.env
-	return h.settle(ctx, "retry", e.SQL.RetryLocked, h.id, nil, e.Table.Times.Arg(e.Clock.Now(), delay), nullable(lastError))
+	return h.settle(ctx, "retry", e.SQL.RetryLocked.Call(h.id, e.Clock.Now(), delay, lastError))
 }
 
 // Park sets the row aside for good and commits.
 func (h *hold) Park(ctx context.Context, lastError string) error {
 	e := &h.c.env
-	return h.settle(ctx, "park", e.SQL.ParkLocked, h.id, nil, e.Table.Times.Encode(dialect.Never), nullable(lastError))
+	return h.settle(ctx, "park", e.SQL.ParkLocked.Call(h.id, lastError))
 }
 
 // Snooze sets the row's time to now+delay and gives its attempt back.
 func (h *hold) Snooze(ctx context.Context, delay time.Duration) error {
 	e := &h.c.env
-	return h.settle(ctx, "snooze", e.SQL.SnoozeLocked, h.id, nil, e.Table.Times.Arg(e.Clock.Now(), delay))
+	return h.settle(ctx, "snooze", e.SQL.SnoozeLocked.Call(h.id, e.Clock.Now(), delay))
 }
 
 // Release makes the row available at once, as it was before the claim.
 func (h *hold) Release(ctx context.Context) error {
 	if h.counted {
-		return h.settle(ctx, "release", h.c.env.SQL.ReleaseLocked, h.id)
+		return h.settle(ctx, "release", h.c.env.SQL.ReleaseLocked.Call(h.id))
 	}
-	return h.settle(ctx, "release", "")
+	return h.settle(ctx, "release", dialect.Call{})
 }
 
 // Extend does nothing: a row lock lasts as long as its transaction.
 func (h *hold) Extend(context.Context, time.Duration) error { return nil }
-
-func nullable(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}

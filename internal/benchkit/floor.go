@@ -35,7 +35,7 @@ func Floor(ctx context.Context, db *sql.DB, table string, loops, batch int, tr *
 	if err != nil {
 		return Result{}, err
 	}
-	s, tm := LeaseSQL(d, table)
+	s, _ := LeaseSQL(d, table)
 	const lease = 30 * time.Second
 	var (
 		wg     sync.WaitGroup
@@ -56,8 +56,9 @@ func Floor(ctx context.Context, db *sql.DB, table string, loops, batch int, tr *
 			}()
 			for ctx.Err() == nil {
 				now := time.Now()
-				fence := tm.Arg(now, lease)
-				rows, err := db.QueryContext(ctx, s.ClaimLease, fence, tm.Arg(now, 0), batch, nil, int64(math.MinInt64))
+				fence := now.Add(lease) // the lease the claim writes (host clock)
+				claim := s.ClaimLease.Call(now, lease, batch, nil, math.MinInt64)
+				rows, err := db.QueryContext(ctx, claim.SQL, claim.Args...)
 				if err != nil {
 					fail(fmt.Errorf("floor claim: %w", err))
 					return
@@ -87,7 +88,8 @@ func Floor(ctx context.Context, db *sql.DB, table string, loops, batch int, tr *
 				}
 				for _, id := range ids {
 					tr.Handle(id)
-					res, err := db.ExecContext(ctx, s.Ack, id, fence)
+					ack := s.Ack.Call(id, fence)
+					res, err := db.ExecContext(ctx, ack.SQL, ack.Args...)
 					if err != nil {
 						fail(fmt.Errorf("floor ack: %w", err))
 						return

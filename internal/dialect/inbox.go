@@ -25,98 +25,90 @@ type Table struct {
 	Priority string
 }
 
-// InboxSQL is every statement the claim forms run on one table.
+// InboxSQL is every statement the claim forms run on one table. Each is a
+// type of its own whose Call method takes the statement's parameters by
+// name and type and returns them in order.
 type InboxSQL struct {
-	// ClaimLease: $1 the new lease (Times.At), $2 now, $3 limit (at most
-	// MaxClaim), $4 group, $5 the least id to look at (math.MinInt64 for
-	// the whole table). It counts the attempt (attempts + 1, where the
-	// column exists). Returns id, locked_until, attempts, Columns...
-	ClaimLease string
+	// ClaimLease claims rows and counts their attempt (attempts + 1, where
+	// the column exists). Returns id, locked_until, attempts, Columns...
+	ClaimLease ClaimLeaseSQL
 	// ClaimHold is the row-lock form's first step where the table counts
-	// attempts: ClaimLease's parameters ($3 unused, NULL), for one row, committed on its own
-	// so that the attempt is counted even when the holder dies; the lease
-	// it writes only bridges the step to the lock (see HoldOne). Empty
-	// where the table has no attempts column.
-	ClaimHold string
+	// attempts: ClaimLease for one row, committed on its own so that the
+	// attempt is counted even when the holder dies; the lease it writes
+	// only bridges the step to the lock (see HoldOne). Empty where the
+	// table has no attempts column.
+	ClaimHold ClaimHoldSQL
 	// HoldOne locks the row ClaimHold took, inside the holder's
-	// transaction: $1 id, $2 the lease ClaimHold wrote.
-	HoldOne string
+	// transaction.
+	HoldOne HoldOneSQL
 	// SelectAvailable: the first row a row-lock claim may take, in id
-	// order: $1 now, $2 group, $3 the least id to look at. Row lock appends
-	// the lock clause. Its LIMIT 1 is written out, not a parameter: with a
-	// parameter Postgres estimates a tenth of the table for the limit, finds
-	// the generic plan dear and plans the statement at every execution
-	// (pg_prepared_statements: custom_plans only), 12% of the machine's CPU
-	// in a row-lock drain.
-	SelectAvailable string
+	// order. Row lock appends the lock clause. Its LIMIT 1 is written out,
+	// not a parameter: with a parameter Postgres estimates a tenth of the
+	// table for the limit, finds the generic plan dear and plans the
+	// statement at every execution (pg_prepared_statements: custom_plans
+	// only), 12% of the machine's CPU in a row-lock drain.
+	SelectAvailable SelectAvailableSQL
 	// LockAvailable walks the available rows after the last one seen in
 	// claim order (id, or priority then id) and tries an advisory lock on
-	// each, until it holds $2 or has tried $6, and returns one row (id,
-	// locked, priority) per row tried: $1 now, $2 limit, $3 group, $4 the
-	// table's lock class (a non-negative int4), $5 the id and $7 the
-	// priority (int4; math.MinInt32 to start) of the last row already seen,
-	// $6 the most rows to try. Without a priority column $7 is unused and
-	// the priority returned is 0. The lock key is (class, id
-	// mod 2^32 as int4): ids that collide wait for each other, they never
-	// share a holder. A row comes back with locked false when another
-	// session holds it; $6 rows back and fewer than $2 locked mean there
-	// may be more rows above the last.
-	LockAvailable string
+	// each, until it holds the limit or has tried the most it may, and
+	// returns one row (id, locked, priority) per row tried; without a
+	// priority column the priority returned is 0. The lock key is (class,
+	// id mod 2^32 as int4): ids that collide wait for each other, they
+	// never share a holder. A row comes back with locked false when another
+	// session holds it; as many rows back as it may try and fewer locked
+	// than the limit mean there may be more rows above the last.
+	LockAvailable LockAvailableSQL
 	// Reread reads rows again by id once locked and counts their attempt
-	// (where the table has the column): $1 ids, $2 now.
-	Reread string
-	// Ack deletes a claimed row fenced on its lease: $1 id, $2 lease.
-	Ack string
+	// (where the table has the column).
+	Reread RereadSQL
+	// Ack deletes a claimed row fenced on its lease.
+	Ack AckSQL
 	// AckMany deletes claimed rows fenced on their leases and returns the
-	// ids it deleted: on Postgres $1 ids, $2 leases in microseconds since
-	// the Unix epoch (bigint arrays, as text literals); on SQLite $1 a JSON
-	// array of [id, lease] pairs, leases encoded as the column keeps them.
-	AckMany string
-	// Retry sets a new time and keeps the last error, fenced: $1 id, $2
-	// lease, $3 new time (Times.At), $4 last error. The attempt was counted
-	// by the claim.
-	Retry string
-	// Park is Retry with a fixed time ($3 encoded, never Times.At).
-	Park string
+	// ids it deleted.
+	AckMany AckManySQL
+	// Retry sets a new time and keeps the last error, fenced. The attempt
+	// was counted by the claim.
+	Retry RetrySQL
+	// Park is Retry with the time never.
+	Park ParkSQL
 	// Snooze sets a new time and gives back the attempt the claim counted,
-	// fenced: $1 id, $2 lease, $3 new time (Times.At).
-	Snooze string
-	// Extend moves the lease, fenced: $1 id, $2 lease, $3 new lease.
-	// Returns locked_until.
-	Extend string
+	// fenced.
+	Snooze SnoozeSQL
+	// Extend moves the lease, fenced. Returns locked_until.
+	Extend ExtendSQL
 	// Release gives an unstarted row back, with the attempt its claim
-	// counted: $1 id, $2 lease.
-	Release string
-	// Delete removes a row held by a lock (row-lock and advisory forms): $1 id.
-	Delete string
+	// counted.
+	Release ReleaseSQL
+	// Delete removes a row held by a lock (row-lock and advisory forms).
+	Delete DeleteSQL
 	// DeleteMany removes rows held by advisory locks and returns the ids it
-	// deleted: $1 ids (a bigint[]; its text form binds too). Postgres only.
-	DeleteMany string
+	// deleted (its one parameter a bigint[]; its text form binds too).
+	// Postgres only.
+	DeleteMany DeleteManySQL
 	// RetryLocked, ParkLocked and SnoozeLocked are Retry, Park and Snooze
-	// for rows held by a lock: $1 id, $3 new time, $4 last error ($2
-	// unused, always NULL; no $4 for SnoozeLocked).
-	RetryLocked  string
-	ParkLocked   string
-	SnoozeLocked string
+	// for rows held by a lock.
+	RetryLocked  RetryLockedSQL
+	ParkLocked   ParkLockedSQL
+	SnoozeLocked SnoozeLockedSQL
 	// ReleaseLocked gives back a row held by a lock, with the attempt its
-	// claim counted, available at once: $1 id.
-	ReleaseLocked string
-	// Unlock releases advisory locks: $1 lock class, $2 ids.
-	Unlock string
-	// Parked lists parked rows in id order: $1 never, $2 group.
-	Parked string
-	// Count counts rows by state: $1 now, $2 never, $3 group. Returns
-	// available, held (leased or delayed), parked.
-	Count string
-	// Unpark makes parked rows available again with no attempts: $1 never,
-	// $2 ids (ListArg), $3 group.
-	Unpark string
-	// Floor is the least id of any row of the group at or above $1, held
-	// or not (NULL when there is none): $1 the id to look from, $2 group.
-	// Postgres only (see claim.Mark): there a walk of the primary key steps
-	// over the entry of every row deleted since the last vacuum, and a
-	// claim that starts at the floor steps over none below it.
-	Floor string
+	// claim counted, available at once.
+	ReleaseLocked ReleaseLockedSQL
+	// Unlock releases advisory locks (its parameters the lock class, an
+	// int4, and the ids, a bigint[]).
+	Unlock UnlockSQL
+	// Parked lists parked rows in id order.
+	Parked ParkedSQL
+	// Count counts rows by state. Returns available, held (leased or
+	// delayed), parked.
+	Count CountSQL
+	// Unpark makes parked rows available again with no attempts.
+	Unpark UnparkSQL
+	// Floor is the least id of any row of the group at or above an id,
+	// held or not (NULL when there is none). Postgres only (see
+	// claim.Mark): there a walk of the primary key steps over the entry of
+	// every row deleted since the last vacuum, and a claim that starts at
+	// the floor steps over none below it.
+	Floor FloorSQL
 }
 
 // MaxClaim is the most rows one claim takes.
@@ -197,41 +189,44 @@ func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 		returning, t.Name, from(3), availableAt1, group(2), order)
 	fence := fmt.Sprintf("%s = $1 AND %s = $2", t.ID, lu)
 	retryFence := fence + unusedErr
+	// The placeholders below are the order of each statement's Call
+	// (inboxargs.go).
+	x := func(sql string) text { return text{sql: sql, tm: tm, kind: d.Kind} }
 	s := InboxSQL{
-		ClaimLease:      d.Rebind(claim),
-		SelectAvailable: d.Rebind(selectAvailable),
-		Ack:             d.Rebind(fmt.Sprintf("DELETE FROM %s WHERE %s", t.Name, fence)),
-		Retry:           d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s", t.Name, lu, tm.At(3), bumpErr, retryFence)),
-		Park:            d.Rebind(fmt.Sprintf("UPDATE %s SET %s = $3%s WHERE %s", t.Name, lu, bumpErr, retryFence)),
-		Snooze:          d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s", t.Name, lu, tm.At(3), unbump, fence)),
-		Extend:          d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s RETURNING %s", t.Name, lu, tm.At(3), fence, lu)),
-		Release:         d.Rebind(fmt.Sprintf("UPDATE %s SET %s = NULL%s WHERE %s", t.Name, lu, unbump, fence)),
-		Delete:          d.Rebind(fmt.Sprintf("DELETE FROM %s WHERE %s = $1", t.Name, t.ID)),
+		ClaimLease:      ClaimLeaseSQL{x(d.Rebind(claim))},
+		SelectAvailable: SelectAvailableSQL{x(d.Rebind(selectAvailable))},
+		Ack:             AckSQL{x(d.Rebind(fmt.Sprintf("DELETE FROM %s WHERE %s", t.Name, fence)))},
+		Retry:           RetrySQL{x(d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s", t.Name, lu, tm.At(3), bumpErr, retryFence)))},
+		Park:            ParkSQL{x(d.Rebind(fmt.Sprintf("UPDATE %s SET %s = $3%s WHERE %s", t.Name, lu, bumpErr, retryFence)))},
+		Snooze:          SnoozeSQL{x(d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s", t.Name, lu, tm.At(3), unbump, fence)))},
+		Extend:          ExtendSQL{x(d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s RETURNING %s", t.Name, lu, tm.At(3), fence, lu)))},
+		Release:         ReleaseSQL{x(d.Rebind(fmt.Sprintf("UPDATE %s SET %s = NULL%s WHERE %s", t.Name, lu, unbump, fence)))},
+		Delete:          DeleteSQL{x(d.Rebind(fmt.Sprintf("DELETE FROM %s WHERE %s = $1", t.Name, t.ID)))},
 	}
 	byID := fmt.Sprintf("%s = $1", t.ID) + unused(d, 2) + unusedErr
-	s.RetryLocked = d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s", t.Name, lu, tm.At(3), bumpErr, byID))
-	s.ParkLocked = d.Rebind(fmt.Sprintf("UPDATE %s SET %s = $3%s WHERE %s", t.Name, lu, bumpErr, byID))
-	s.SnoozeLocked = d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s = $1%s", t.Name, lu, tm.At(3), unbump, t.ID, unused(d, 2)))
-	s.ReleaseLocked = d.Rebind(fmt.Sprintf("UPDATE %s SET %s = NULL%s WHERE %s = $1", t.Name, lu, unbump, t.ID))
-	s.Parked = d.Rebind(fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1%s ORDER BY %s", returning, t.Name, lu, group(2), t.ID))
-	s.Count = d.Rebind(fmt.Sprintf(`SELECT
+	s.RetryLocked = RetryLockedSQL{x(d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s", t.Name, lu, tm.At(3), bumpErr, byID)))}
+	s.ParkLocked = ParkLockedSQL{x(d.Rebind(fmt.Sprintf("UPDATE %s SET %s = $3%s WHERE %s", t.Name, lu, bumpErr, byID)))}
+	s.SnoozeLocked = SnoozeLockedSQL{x(d.Rebind(fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s = $1%s", t.Name, lu, tm.At(3), unbump, t.ID, unused(d, 2))))}
+	s.ReleaseLocked = ReleaseLockedSQL{x(d.Rebind(fmt.Sprintf("UPDATE %s SET %s = NULL%s WHERE %s = $1", t.Name, lu, unbump, t.ID)))}
+	s.Parked = ParkedSQL{x(d.Rebind(fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1%s ORDER BY %s", returning, t.Name, lu, group(2), t.ID)))}
+	s.Count = CountSQL{x(d.Rebind(fmt.Sprintf(`SELECT
 	COALESCE(SUM(CASE WHEN %[1]s IS NULL OR %[1]s <= %[3]s THEN 1 ELSE 0 END), 0),
 	COALESCE(SUM(CASE WHEN %[1]s > %[3]s AND %[1]s < $2 THEN 1 ELSE 0 END), 0),
 	COALESCE(SUM(CASE WHEN %[1]s >= $2 THEN 1 ELSE 0 END), 0)
-FROM %[2]s WHERE TRUE%[4]s`, lu, t.Name, tm.At(1), group(3)))
+FROM %[2]s WHERE TRUE%[4]s`, lu, t.Name, tm.At(1), group(3))))}
 	reset := ""
 	if t.Attempts != "" {
 		reset = fmt.Sprintf(", %s = 0", t.Attempts)
 	}
-	s.Unpark = d.Rebind(fmt.Sprintf("UPDATE %s SET %s = NULL%s WHERE %s = $1 AND %s%s", t.Name, lu, reset, lu, d.InList(t.ID, 2), group(3)))
+	s.Unpark = UnparkSQL{x(d.Rebind(fmt.Sprintf("UPDATE %s SET %s = NULL%s WHERE %s = $1 AND %s%s", t.Name, lu, reset, lu, d.InList(t.ID, 2), group(3))))}
 	if d.Kind == SQLite {
 		// Each pair is looked up by id on the primary key, then fenced.
-		s.AckMany = fmt.Sprintf("DELETE FROM %s WHERE %s IN (SELECT t.%s FROM json_each(?1) AS a JOIN %s AS t ON t.%s = json_extract(a.value, '$[0]') AND t.%s = json_extract(a.value, '$[1]')) RETURNING %s",
-			t.Name, t.ID, t.ID, t.Name, t.ID, lu, t.ID)
+		s.AckMany = AckManySQL{x(fmt.Sprintf("DELETE FROM %s WHERE %s IN (SELECT t.%s FROM json_each(?1) AS a JOIN %s AS t ON t.%s = json_extract(a.value, '$[0]') AND t.%s = json_extract(a.value, '$[1]')) RETURNING %s",
+			t.Name, t.ID, t.ID, t.Name, t.ID, lu, t.ID))}
 	}
 	if d.Kind == Postgres {
 		// A lease in microseconds is exact: the product is below 2^53.
-		s.AckMany = fmt.Sprintf("DELETE FROM %s AS t USING unnest($1::bigint[], $2::bigint[]) AS a(id, lease) WHERE t.%s = a.id AND t.%s = timestamptz 'epoch' + a.lease * interval '1 microsecond' RETURNING t.%s", t.Name, t.ID, lu, t.ID)
+		s.AckMany = AckManySQL{x(fmt.Sprintf("DELETE FROM %s AS t USING unnest($1::bigint[], $2::bigint[]) AS a(id, lease) WHERE t.%s = a.id AND t.%s = timestamptz 'epoch' + a.lease * interval '1 microsecond' RETURNING t.%s", t.Name, t.ID, lu, t.ID))}
 		// A recursive walk, one row a step: each step reads the next
 		// available id above the last (a primary-key probe) and tries its
 		// lock in the step's select list, which runs once for each row the
@@ -250,7 +245,7 @@ FROM %[2]s WHERE TRUE%[4]s`, lu, t.Name, tm.At(1), group(3)))
 			next = fmt.Sprintf("(%s, %s) > (w.pri, w.id)", t.Priority, t.ID)
 			order = t.Priority + ", " + t.ID
 		}
-		s.LockAvailable = fmt.Sprintf(`WITH RECURSIVE walk(id, pri, locked, got, steps) AS (
+		s.LockAvailable = LockAvailableSQL{x(fmt.Sprintf(`WITH RECURSIVE walk(id, pri, locked, got, steps) AS (
 	SELECT $5::bigint, $7::int, false, 0, 0
 	UNION ALL
 	SELECT n.id, n.pri, pg_try_advisory_lock($4::int, (n.id %% 4294967296)::bigint::bit(32)::int), w.got + w.locked::int, w.steps + 1
@@ -260,24 +255,24 @@ FROM %[2]s WHERE TRUE%[4]s`, lu, t.Name, tm.At(1), group(3)))
 	WHERE w.got + w.locked::int < $2 AND w.steps < $6
 )
 SELECT id, locked, pri FROM walk WHERE steps > 0`,
-			t.ID, pri, t.Name, availableAt1, group(3), next, order)
-		s.Reread = fmt.Sprintf("SELECT %s FROM %s WHERE %s = ANY($1) AND (%s IS NULL OR %s <= %s)", returning, t.Name, t.ID, lu, lu, tm.At(2))
+			t.ID, pri, t.Name, availableAt1, group(3), next, order))}
+		s.Reread = RereadSQL{x(fmt.Sprintf("SELECT %s FROM %s WHERE %s = ANY($1) AND (%s IS NULL OR %s <= %s)", returning, t.Name, t.ID, lu, lu, tm.At(2)))}
 		if t.Attempts != "" {
 			// Committed on its own, on the session that holds the locks:
 			// a holder that dies has its attempt counted all the same.
-			s.Reread = fmt.Sprintf("UPDATE %s SET %s = %s + 1 WHERE %s = ANY($1) AND (%s IS NULL OR %s <= %s) RETURNING %s", t.Name, t.Attempts, t.Attempts, t.ID, lu, lu, tm.At(2), returning)
+			s.Reread = RereadSQL{x(fmt.Sprintf("UPDATE %s SET %s = %s + 1 WHERE %s = ANY($1) AND (%s IS NULL OR %s <= %s) RETURNING %s", t.Name, t.Attempts, t.Attempts, t.ID, lu, lu, tm.At(2), returning))}
 			// One row, locked while its attempt is counted and its lease
 			// written, committed; the holder's transaction then locks it
 			// again by that lease, which no other claimer can take
 			// meanwhile. A holder that dies leaves the row held by that
 			// lease alone (a few seconds), with its attempt counted.
-			s.ClaimHold = fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s = (SELECT %s %s LIMIT 1%s)%s RETURNING %s",
-				t.Name, lu, tm.At(1), bump, t.ID, t.ID, where, d.SkipLocked(), unused(d, 3), returning)
-			s.HoldOne = fmt.Sprintf("SELECT 1 FROM %s WHERE %s = $1 AND %s = $2 FOR UPDATE", t.Name, t.ID, lu)
+			s.ClaimHold = ClaimHoldSQL{x(fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s = (SELECT %s %s LIMIT 1%s)%s RETURNING %s",
+				t.Name, lu, tm.At(1), bump, t.ID, t.ID, where, d.SkipLocked(), unused(d, 3), returning))}
+			s.HoldOne = HoldOneSQL{x(fmt.Sprintf("SELECT 1 FROM %s WHERE %s = $1 AND %s = $2 FOR UPDATE", t.Name, t.ID, lu))}
 		}
-		s.DeleteMany = fmt.Sprintf("DELETE FROM %s WHERE %s = ANY($1::bigint[]) RETURNING %s", t.Name, t.ID, t.ID)
-		s.Floor = fmt.Sprintf("SELECT min(%s) FROM %s WHERE %s >= %s%s", t.ID, t.Name, t.ID, d.bigint(1), group(2))
-		s.Unlock = "SELECT pg_advisory_unlock($1::int, (id % 4294967296)::bigint::bit(32)::int) FROM unnest($2::bigint[]) AS u(id)"
+		s.DeleteMany = DeleteManySQL{x(fmt.Sprintf("DELETE FROM %s WHERE %s = ANY($1::bigint[]) RETURNING %s", t.Name, t.ID, t.ID))}
+		s.Floor = FloorSQL{x(fmt.Sprintf("SELECT min(%s) FROM %s WHERE %s >= %s%s", t.ID, t.Name, t.ID, d.bigint(1), group(2)))}
+		s.Unlock = UnlockSQL{x("SELECT pg_advisory_unlock($1::int, (id % 4294967296)::bigint::bit(32)::int) FROM unnest($2::bigint[]) AS u(id)")}
 	}
 	return s
 }

@@ -43,7 +43,8 @@ func claimsKeepAGenericPlan(t *testing.T, oneHeap bool) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	if _, err := probe.ExecContext(ctx, q.ClaimLease, now.Add(time.Minute), now, 3, nil, int64(math.MinInt64)); err != nil {
+	claim := q.ClaimLease.Call(now, time.Minute, 3, nil, math.MinInt64)
+	if _, err := probe.ExecContext(ctx, claim.SQL, claim.Args...); err != nil {
 		t.Fatal(err)
 	}
 	var lockable int
@@ -57,8 +58,8 @@ func claimsKeepAGenericPlan(t *testing.T, oneHeap bool) {
 		t.Fatal(err)
 	}
 
-	if strings.Contains(q.ClaimLease, "ctid") != oneHeap {
-		t.Fatalf("one heap %v, claim %s", oneHeap, q.ClaimLease)
+	if strings.Contains(q.ClaimLease.SQL(), "ctid") != oneHeap {
+		t.Fatalf("one heap %v, claim %s", oneHeap, q.ClaimLease.SQL())
 	}
 
 	conn, err := db.Conn(ctx) // prepared statements live on one connection
@@ -73,7 +74,8 @@ func claimsKeepAGenericPlan(t *testing.T, oneHeap bool) {
 	defer tx.Rollback()
 	for i := range 12 {
 		limit := []int{1, 3, 50, 100}[i%4]
-		rows, err := tx.QueryContext(ctx, q.ClaimLease, now.Add(time.Minute), now, limit, nil, int64(math.MinInt64))
+		claim := q.ClaimLease.Call(now, time.Minute, limit, nil, math.MinInt64)
+		rows, err := tx.QueryContext(ctx, claim.SQL, claim.Args...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +89,8 @@ func claimsKeepAGenericPlan(t *testing.T, oneHeap bool) {
 		if n != limit {
 			t.Fatalf("claim with limit %d took %d rows", limit, n)
 		}
-		rows, err = tx.QueryContext(ctx, q.SelectAvailable+" FOR UPDATE SKIP LOCKED", now, nil, int64(math.MinInt64))
+		sel := q.SelectAvailable.Locking("FOR UPDATE SKIP LOCKED").Call(now, nil, math.MinInt64)
+		rows, err = tx.QueryContext(ctx, sel.SQL, sel.Args...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,14 +179,11 @@ func TestClaimsUseThePrimaryKeyOnAnIntegerID(t *testing.T) {
 		q := d.Inbox(dialect.Table{Name: `"int_jobs"`, ID: `"id"`, LockedUntil: `"locked_until"`, Attempts: `"attempts"`, OneHeap: oneHeap},
 			dialect.Times{Kind: dialect.Postgres, Encoding: dialect.Timestamptz})
 		now := time.Now()
-		for name, c := range map[string]struct {
-			query string
-			args  []any
-		}{
-			"lease":   {q.ClaimLease, []any{now.Add(time.Minute), now, 10, nil, int64(15000)}},
-			"rowlock": {q.SelectAvailable + " FOR UPDATE SKIP LOCKED", []any{now, nil, int64(15000)}},
+		for name, c := range map[string]dialect.Call{
+			"lease":   q.ClaimLease.Call(now, time.Minute, 10, nil, 15000),
+			"rowlock": q.SelectAvailable.Locking("FOR UPDATE SKIP LOCKED").Call(now, nil, 15000),
 		} {
-			rows, err := db.QueryContext(ctx, "EXPLAIN "+c.query, c.args...)
+			rows, err := db.QueryContext(ctx, "EXPLAIN "+c.SQL, c.Args...)
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}

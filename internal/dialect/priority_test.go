@@ -49,21 +49,18 @@ func TestPriorityClaimsUseTheIndex(t *testing.T) {
 			if c.group != "" {
 				group = "g1"
 			}
-			for name, stmt := range map[string]struct {
-				sql  string
-				args []any
-			}{
-				"lease":   {q.ClaimLease, []any{now.Add(time.Minute), now, 100, group, int64(math.MinInt64)}},
-				"rowlock": {q.SelectAvailable + " FOR UPDATE SKIP LOCKED", []any{now, group, int64(math.MinInt64)}},
+			for name, stmt := range map[string]dialect.Call{
+				"lease":   q.ClaimLease.Call(now, time.Minute, 100, group, math.MinInt64),
+				"rowlock": q.SelectAvailable.Locking("FOR UPDATE SKIP LOCKED").Call(now, group, math.MinInt64),
 				// Each step of the walk is one probe of the index after the
 				// last (priority, id); no step sorts.
-				"advisory": {q.LockAvailable, []any{now, 100, group, 7, int64(math.MinInt64), 232, math.MinInt32}},
+				"advisory": q.LockAvailable.Call(now, 100, group, 7, math.MinInt64, math.MinInt32, 232),
 			} {
 				tx, err := db.BeginTx(ctx, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
-				rows, err := tx.QueryContext(ctx, "EXPLAIN "+stmt.sql, stmt.args...)
+				rows, err := tx.QueryContext(ctx, "EXPLAIN "+stmt.SQL, stmt.Args...)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,0 +1,59 @@
+package dialect
+
+import (
+	"reflect"
+	"regexp"
+	"strconv"
+	"testing"
+)
+
+var placeholder = regexp.MustCompile(`[$?](\d+)`)
+
+// Every inbox statement's Call gives as many arguments as its text has
+// parameters, each of them used, on every dialect and for every shape of
+// table: the order a Call writes is the order its text reads.
+func TestInboxCallsMatchTheirParameters(t *testing.T) {
+	tables := map[string]Table{
+		"bare":       {Name: `"t"`, ID: `"id"`, LockedUntil: `"locked_until"`},
+		"every role": {Name: `"t"`, ID: `"id"`, LockedUntil: `"locked_until"`, Group: `"grp"`, Attempts: `"attempts"`, LastError: `"last_error"`, Columns: []string{`"payload"`}, OneHeap: true},
+		"priority":   {Name: `"t"`, ID: `"id"`, LockedUntil: `"locked_until"`, Attempts: `"attempts"`, Priority: `"priority"`},
+	}
+	for _, kind := range []Kind{SQLite, Postgres} {
+		d := Of(kind)
+		for name, tbl := range tables {
+			for _, inDB := range []bool{false, true} {
+				tm := Times{Kind: kind, Encoding: EncodingFor(kind, "DATETIME"), InDatabase: inDB}
+				s := reflect.ValueOf(d.Inbox(tbl, tm))
+				for i := range s.NumField() {
+					field := s.Type().Field(i).Name
+					stmt := s.Field(i)
+					sql := stmt.MethodByName("SQL").Call(nil)[0].String()
+					if sql == "" {
+						continue
+					}
+					call := stmt.MethodByName("Call")
+					in := make([]reflect.Value, call.Type().NumIn())
+					for j := range in {
+						in[j] = reflect.Zero(call.Type().In(j))
+					}
+					got := call.Call(in)[0].Interface().(Call)
+					used := map[string]bool{}
+					for _, m := range placeholder.FindAllStringSubmatch(sql, -1) {
+						used[m[1]] = true
+					}
+					if len(used) != len(got.Args) {
+						t.Errorf("%v, %s table, database clock %v: %s has %d parameters, its Call gives %d arguments\n%s",
+							kind, name, inDB, field, len(used), len(got.Args), sql)
+					}
+					for n := 1; n <= len(got.Args); n++ {
+						if !used[itoa(n)] {
+							t.Errorf("%v, %s table: %s never reads parameter %d", kind, name, field, n)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

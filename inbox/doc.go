@@ -35,8 +35,9 @@
 //	(row gone)                  acknowledged
 //
 // A claim takes available rows (lower priority first where the table has a
-// priority column), at most one per free worker, and holds each while its
-// handler runs. The
+// priority column), at most one per free worker (under a backlog on
+// Postgres a few more, which wait in the process for a worker), and holds
+// each while its handler runs. The
 // handler's return settles the row: nil deletes it; an error or a panic
 // makes it a retry after a backoff, with the error in last_error; after
 // MaxAttempts attempts it is parked, never dropped. Count, ListParked and

@@ -46,7 +46,7 @@ type StartEvent struct {
 // ClaimEvent is one claim statement.
 type ClaimEvent struct {
 	Start, End time.Time // on the broker's clock
-	Asked      int       // rows asked for (free workers)
+	Asked      int       // rows asked for (free workers; under a backlog a batch beyond them)
 	Rows       int       // rows taken
 	// Queued is how long each row taken had been in the table, from its
 	// created_at to the claim; empty when the queue's struct tags no

@@ -179,6 +179,7 @@ func (r *registry) start(ctx context.Context) {
 	for _, sub := range r.svc.subs {
 		sub.claimer = gatedClaimer{Claimer: sub.claimer, reg: r, table: sub.table, group: sub.group}
 		prev, sub := sub.cfg.observe, sub
+		sub.paused = func() bool { return r.paused(sub.table, sub.group) }
 		sub.cfg.observe = func(e Event) {
 			r.record(sub, e)
 			if prev != nil {

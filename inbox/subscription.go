@@ -176,6 +176,9 @@ type Subscription struct {
 	handleJob func(ctx context.Context, j *iclaim.Job) error
 
 	claimer iclaim.Claimer
+	// paused says whether the subscription's queue is paused (set by a
+	// registered service; nil otherwise).
+	paused  func() bool
 	running atomic.Bool
 	stats   engine.Counters
 	idle    *engine.Idle
@@ -196,7 +199,7 @@ type Stats struct {
 	Parked   int64
 	Snoozed  int64
 	Lost     int64 // rows whose lease or hold was lost while in work
-	Released int64 // rows given back unstarted at shutdown
+	Released int64 // rows given back unstarted (at shutdown; a claim's spare rows also at a pause)
 	Failed   int64 // settlements that failed (the row comes back after its lease)
 }
 
@@ -318,7 +321,7 @@ func (s *Subscription) engineConfig(log *slog.Logger, wakes <-chan struct{}) eng
 	c := engine.Config{Name: s.cfg.name, Table: s.table, Workers: s.cfg.workers, MaxAttempts: s.cfg.maxAttempts,
 		Counts: s.shape.column(RoleAttempts) != "", Backoff: s.cfg.backoff,
 		Lease: s.cfg.lease, Timeout: s.cfg.timeout, Shutdown: s.cfg.shutdown, Poll: s.b.poll,
-		Postgres: s.b.d.Kind == dialect.Postgres, Conns: s.b.claimConns(), Clock: s.b.clock, Log: log,
+		Postgres: s.b.d.Kind == dialect.Postgres, Ordered: s.shape.column(RolePriority) != "", Conns: s.b.claimConns(), Clock: s.b.clock, Log: log,
 		Claimer: s.claimer, Wakes: wakes, Counters: &s.stats, Idle: s.idle}
 	c.Handle = func(ctx context.Context, j *iclaim.Job) error { return s.handle(ctx, j.Value) }
 	if s.handleJob != nil {
@@ -326,6 +329,7 @@ func (s *Subscription) engineConfig(log *slog.Logger, wakes <-chan struct{}) eng
 	}
 	c.Prepare = func(j *iclaim.Job) { s.shape.setLease(reflect.ValueOf(j.Value).Elem(), j.Lease) }
 	c.Judge = judge
+	c.Paused = s.paused
 	c.Unreachable = unreachable
 	if observe := s.cfg.observe; observe != nil {
 		c.Observe = func(e engine.Event) {

@@ -77,6 +77,9 @@ type Callbacks struct {
 	Judge func(err error) (Verdict, time.Duration)
 	// Observe, when set, gets each settled handling.
 	Observe func(Event)
+	// Paused, when set, says the subscription's queue is paused now: rows
+	// a claim took beyond its free workers are given back, not started.
+	Paused func() bool
 	// Unreachable says an error means the database could not be reached
 	// (as opposed to a statement that was wrong).
 	Unreachable func(error) bool
@@ -96,6 +99,11 @@ type Config struct {
 	// Postgres: claims may run several at once (SQLite has one writer),
 	// and a claim under a backlog gathers all free workers.
 	Postgres bool
+	// Ordered says claims take rows in an order of the table's own (a
+	// priority column), which a claim's rows do not come back in: a claim
+	// takes no spare rows (see spare.go), so one worker still handles
+	// rows in that order.
+	Ordered bool
 	// Conns is the most connections the subscription's claims may hold.
 	Conns   int
 	Clock   clock.Clock

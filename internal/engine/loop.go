@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/clock"
@@ -24,16 +26,18 @@ const (
 
 // claimReq asks a claim goroutine for a claim.
 type claimReq struct {
-	asked int
-	gen   uint64 // the wake generation when the claim was asked for
+	asked   int
+	workers int    // of asked, the rows for free workers; the rest are spare
+	gen     uint64 // the wake generation when the claim was asked for
 }
 
 type claimResult struct {
-	at    time.Time // on the engine's clock, when the claim was sent
-	asked int
-	jobs  []*claim.Job
-	err   error
-	gen   uint64 // the wake generation when the claim started
+	at      time.Time // on the engine's clock, when the claim was sent
+	asked   int
+	workers int
+	jobs    []*claim.Job
+	err     error
+	gen     uint64 // the wake generation when the claim started
 }
 
 // loop is the claim loop: it keeps claims in flight for free workers, and
@@ -93,12 +97,20 @@ type loop struct {
 	// waiting for all there cost more than it saved (100k jobs 1x100: 113k
 	// -> 92-95k jobs/s). Host time too; a subscription with every worker
 	// free claims at once, and after a short claim only half are waited
-	// for, so a trickle is not held. A form of one row a claim never waits.
+	// for, so a trickle is not held. A form of one row a claim never waits,
+	// nor does a claim that takes spare rows (spare.go): its size does not
+	// depend on the free workers.
 	gatherAll   bool
 	backlog     bool
 	gathered    bool
 	gathering   bool
 	gatherTimer *time.Timer
+
+	// The handling rate last measured (jobs a second of host time), and
+	// where its span began: it bounds the spare rows a claim takes.
+	rate   float64
+	rateAt time.Time
+	rateN  int64
 }
 
 func newLoop(e *Engine, w *workers, ctx context.Context) *loop {
@@ -123,6 +135,7 @@ func (l *loop) run(ctx context.Context) {
 	for {
 		l.free += int(l.w.freed.Swap(0))
 		l.settling = int(l.w.settling.Load())
+		l.startSpare()
 		l.claimMore()
 		if l.stopping && l.inflight == 0 {
 			l.e.cfg.Idle.set(false, time.Time{}, nil)
@@ -133,7 +146,7 @@ func (l *loop) run(ctx context.Context) {
 		if l.pollArmed {
 			pollC, pollAt = l.poll.C(), l.pollDue
 		}
-		l.e.cfg.Idle.set(l.idle && !l.stopping && l.inflight == 0 && l.free == l.e.cfg.Workers && l.settling == 0, pollAt, l.e.cfg.Wakes)
+		l.e.cfg.Idle.set(l.idle && !l.stopping && l.inflight == 0 && l.free == l.e.cfg.Workers && l.settling == 0 && l.w.spare.len() == 0, pollAt, l.e.cfg.Wakes)
 		select {
 		case r := <-l.results:
 			l.onResult(ctx, r)
@@ -170,7 +183,11 @@ func (l *loop) claimMore() {
 	e := l.e
 	rows := e.traits.RowsPerClaim
 	for !l.stopping && !l.idle && !l.cooling && l.free > 0 && l.inflight < l.maxClaims && l.inflight+e.cfg.Claimer.Held() < e.cfg.Conns {
-		if rows == 0 && !l.gathered && (l.free*2 < e.cfg.Workers || l.gatherAll && l.backlog && l.free < e.cfg.Workers) {
+		k := min(l.free, dialect.MaxClaim)
+		extra := l.extra(k)
+		// A claim that takes spare rows is as large at once: it waits for
+		// no more free workers.
+		if rows == 0 && extra == 0 && !l.gathered && (l.free*2 < e.cfg.Workers || l.gatherAll && l.backlog && l.free < e.cfg.Workers) {
 			if !l.gathering {
 				l.gathering = true
 				l.gatherTimer.Reset(claimGather)
@@ -178,14 +195,13 @@ func (l *loop) claimMore() {
 			return
 		}
 		l.gathered = false
-		k := min(l.free, dialect.MaxClaim)
 		if rows > 0 {
 			k = min(k, rows)
 		}
 		l.free -= k
 		l.inflight++
 		e.stats.claims.Add(1)
-		req := claimReq{asked: k, gen: l.wakeGen}
+		req := claimReq{asked: k + extra, workers: k, gen: l.wakeGen}
 		select {
 		case l.claims <- req: // a claim goroutine waits
 		default:
@@ -204,7 +220,7 @@ func (l *loop) claiming(r claimReq) {
 	for ok := true; ok; r, ok = <-l.claims {
 		at := l.e.cfg.Clock.Now()
 		jobs, err := l.e.cfg.Claimer.Claim(l.claimCtx, r.asked)
-		l.results <- claimResult{at: at, asked: r.asked, jobs: jobs, err: err, gen: r.gen}
+		l.results <- claimResult{at: at, asked: r.asked, workers: r.workers, jobs: jobs, err: err, gen: r.gen}
 	}
 }
 
@@ -217,16 +233,27 @@ func (l *loop) onResult(ctx context.Context, r claimResult) {
 		l.stop()
 	}
 	l.inflight--
-	l.free += r.asked - len(r.jobs)
+	n := min(len(r.jobs), r.workers)
+	l.free += r.workers - n
 	l.backlog = r.err == nil && len(r.jobs) == r.asked
 	l.e.stats.claimed.Add(int64(len(r.jobs)))
-	for _, j := range r.jobs {
+	if n < len(r.jobs) {
+		slices.SortFunc(r.jobs, func(a, b *claim.Job) int { return cmp.Compare(a.ID, b.ID) })
+	}
+	for i, j := range r.jobs {
 		if l.stopping {
 			l.e.release(j)
-			l.free++
+			if i < n {
+				l.free++
+			}
 			continue
 		}
-		l.w.dispatch(task{j: j, at: r.at})
+		if i < n {
+			l.w.dispatch(task{j: j, at: r.at})
+		}
+	}
+	if !l.stopping && n < len(r.jobs) {
+		l.w.spare.push(r.jobs[n:], r.at)
 	}
 	switch {
 	case r.err != nil:
@@ -306,6 +333,7 @@ func (l *loop) stop() {
 	l.stopping = true
 	l.ctxDone = nil
 	l.cut = time.AfterFunc(l.e.cfg.Shutdown, l.cancelClaims)
+	l.releaseSpare()
 }
 
 func (l *loop) cool() {

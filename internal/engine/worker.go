@@ -51,6 +51,8 @@ type workers struct {
 	slots    chan struct{}  // settlements in flight
 
 	freed, settling, handling atomic.Int64
+	handled                   atomic.Int64 // handlers returned, for the loop's rate
+	spare                     spare
 	kick                      chan struct{}
 	kickEach                  bool
 	firstFree, halfFree       int64
@@ -66,6 +68,7 @@ func newWorkers(e *Engine, ctx context.Context) *workers {
 	w := &workers{e: e, tasks: make(chan task), slots: make(chan struct{}, n), kick: make(chan struct{}, 1),
 		firstFree: int64(n - 1), halfFree: int64(n - (n+1)/2)}
 	w.ctx, w.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	w.spare.done = ctx.Done()
 	w.waits.New = func() any { return newAckWait(w) }
 	return w
 }
@@ -86,7 +89,7 @@ func (w *workers) dispatch(t task) {
 func (w *workers) run(t task) {
 	defer w.handlers.Done()
 	watch := w.e.newWatch()
-	for ok := true; ok; t, ok = <-w.tasks {
+	for ok := true; ok; {
 		w.e.guard.await(t.j.ID)
 		h := w.e.work(w.ctx, watch, t.j, t.at)
 		// A claim's Jobs may share one slab (claim.Scanner): the user's
@@ -95,20 +98,36 @@ func (w *workers) run(t task) {
 		t.j.Value = nil
 		w.slots <- struct{}{}
 		w.settling.Add(1)
-		w.freed.Add(1)
-		if left := w.handling.Add(-1); w.kickEach || left == w.firstFree || left == w.halfFree || left == 0 {
-			poke(w.kick)
+		w.handled.Add(1)
+		// A spare row is taken before the worker counts free: it stays
+		// busy, and the loop hears of it only once the spare rows are gone.
+		next, more := w.pop()
+		if !more {
+			w.freed.Add(1)
+			if left := w.handling.Add(-1); w.kickEach || left == w.firstFree || left == w.halfFree || left == 0 {
+				poke(w.kick)
+			}
 		}
-		if a, async := h.j.Settler.(claim.AsyncAcker); async && h.err == nil && !h.lost {
-			w.acking.Add(1)
-			aw := w.waits.Get().(*ackWait)
-			aw.h = h
-			a.AckAsync(aw.done)
+		w.settle(h)
+		if more {
+			t = next
 			continue
 		}
-		w.e.settleHandling(&h)
-		w.endSettlement()
+		t, ok = <-w.tasks
 	}
+}
+
+// settle hands a handled job's ack to the form, or settles it here.
+func (w *workers) settle(h handling) {
+	if a, async := h.j.Settler.(claim.AsyncAcker); async && h.err == nil && !h.lost {
+		w.acking.Add(1)
+		aw := w.waits.Get().(*ackWait)
+		aw.h = h
+		a.AckAsync(aw.done)
+		return
+	}
+	w.e.settleHandling(&h)
+	w.endSettlement()
 }
 
 // endSettlement frees a settlement's slot and tells the loop where it

@@ -1,0 +1,175 @@
+package engine
+
+import (
+	"sync"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// claimBatch is the most rows a claim takes under a backlog, on Postgres,
+// in a form whose claim takes a row for every free worker: the rows beyond
+// the free workers wait in the process (spare) and workers take them before
+// the next claim. A process of few workers then pays a claim's commit per
+// claimBatch rows, as a large one does (200k rows, 8 processes x 25
+// workers: 20 rows a claim without it; see BENCHMARKS.md, "Instances").
+const claimBatch = 100
+
+// spareFactor bounds a claim's rows to this many a worker, so the rows (and
+// payloads) a process holds still follow its workers, not the backlog.
+const spareFactor = 4
+
+// spareWait bounds how long spare rows wait for a worker: a claim takes no
+// more spare rows than its workers handled in spareWait (at the rate last
+// measured), nor in a tenth of the lease; so a slow handler gets few or
+// none, and a queued row's lease (counted from its claim) is far from its
+// end when it starts.
+const spareWait = 250 * time.Millisecond
+
+// rateSpan is the least time the handling rate is measured over.
+const rateSpan = 10 * time.Millisecond
+
+// spare is the rows a claim took beyond its free workers, oldest first.
+// Workers take from it as they finish a job; the loop hands them to workers
+// it counts free, and gives them all back at the stop.
+type spare struct {
+	mu     sync.Mutex
+	q      []task
+	head   int
+	closed bool            // the loop stopped: no spare row starts any more
+	done   <-chan struct{} // Run's ctx's: none starts after it either
+}
+
+// push queues rows a claim sent at at took beyond its free workers. The
+// loop sorted them by id: an update's rows come back in no set order, and
+// spare rows start one after the other.
+func (s *spare) push(jobs []*claim.Job, at time.Time) {
+	s.mu.Lock()
+	for _, j := range jobs {
+		s.q = append(s.q, task{j: j, at: at})
+	}
+	s.mu.Unlock()
+}
+
+// len is how many rows wait.
+func (s *spare) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.q) - s.head
+}
+
+// take removes the oldest row, if any, and whether Run's ctx has ended.
+func (s *spare) take() (task, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.head == len(s.q) {
+		return task{}, false
+	}
+	select {
+	case <-s.done:
+		return task{}, false // the loop's stop gives it back
+	default:
+	}
+	t := s.q[s.head]
+	s.q[s.head] = task{}
+	s.head++
+	if s.head == len(s.q) {
+		s.q, s.head = s.q[:0], 0
+	}
+	return t, true
+}
+
+// close empties the queue for good and returns what it held.
+func (s *spare) close() []task {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	ts := append([]task(nil), s.q[s.head:]...)
+	clear(s.q)
+	s.q, s.head = nil, 0
+	return ts
+}
+
+// pop takes the oldest spare row that may start now. One that may not is
+// settled here: given back when its queue is paused or its lease nears its
+// end (a third of it left: its extension would be due), told lost when the
+// connection holding it ended.
+func (w *workers) pop() (task, bool) {
+	for {
+		t, ok := w.spare.take()
+		if !ok {
+			return task{}, false
+		}
+		if w.e.startable(t) {
+			return t, true
+		}
+	}
+}
+
+// startable reports whether a spare row may start, and settles it when not.
+func (e *Engine) startable(t task) bool {
+	j := t.j
+	if h, ok := j.Settler.(claim.Holder); ok && h.Hold().Err() != nil {
+		e.settleHandling(&handling{j: j, lost: true, ev: Event{Subscription: e.cfg.Name, ID: j.ID,
+			Attempt: max(j.Attempts, 1), Start: e.cfg.Clock.Now(), Err: ErrHoldLost}})
+		e.stats.lost.Add(1)
+		return false
+	}
+	if e.cfg.Paused != nil && e.cfg.Paused() {
+		e.release(j)
+		return false
+	}
+	if e.traits.HoldExpires && !j.Lease.IsZero() && !e.cfg.Clock.Now().Before(t.at.Add(e.every)) {
+		e.log.Warn("inbox: a row claimed beyond the free workers waited for one until its lease neared its end; given back unstarted", "table", e.cfg.Table, "id", j.ID, "waited", e.cfg.Clock.Now().Sub(t.at))
+		e.release(j)
+		return false
+	}
+	return true
+}
+
+// spares says whether the loop may claim beyond its free workers: the form
+// takes a row for every free worker, on Postgres (SQLite has one writer:
+// more rows a claim did not pay there).
+func (l *loop) spares() bool {
+	return l.e.cfg.Postgres && l.e.traits.RowsPerClaim == 0 && !l.e.cfg.Ordered
+}
+
+// extra is how many rows beyond the free workers the next claim of k may
+// take: none unless the last claim came back full (a backlog), up to
+// claimBatch and spareFactor a worker in all, and no more than the workers
+// handle in spareWait or a tenth of the lease at the rate measured.
+func (l *loop) extra(k int) int {
+	if !l.spares() || !l.backlog {
+		return 0
+	}
+	now, n := time.Now(), l.w.handled.Load()
+	if d := now.Sub(l.rateAt); l.rateAt.IsZero() || d >= rateSpan {
+		if !l.rateAt.IsZero() {
+			l.rate = float64(n-l.rateN) / d.Seconds()
+		}
+		l.rateAt, l.rateN = now, n
+	}
+	wait := min(spareWait, l.e.cfg.Lease/10)
+	most := min(claimBatch, spareFactor*l.e.cfg.Workers, dialect.MaxClaim)
+	return max(min(int(l.rate*wait.Seconds()), most-k), 0)
+}
+
+// startSpare hands spare rows to workers the loop counts free.
+func (l *loop) startSpare() {
+	for l.free > 0 {
+		t, ok := l.w.pop()
+		if !ok {
+			return
+		}
+		l.free--
+		l.w.dispatch(t)
+	}
+}
+
+// releaseSpare gives back, at the stop, every spare row not started.
+func (l *loop) releaseSpare() {
+	for _, t := range l.w.spare.close() {
+		l.e.release(t.j)
+	}
+}

@@ -50,7 +50,7 @@ func TestTenMillionRows(t *testing.T) {
 	if err := op.Pause(ctx, "big_jobs", ""); err != nil { // a paused queue is shown, with no service to drain it
 		t.Fatal(err)
 	}
-	h, err := dashboard.New(b, dashboard.Config{})
+	h, err := dashboard.New(b)
 	if err != nil {
 		t.Fatal(err)
 	}

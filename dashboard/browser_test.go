@@ -89,7 +89,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 // running service, and pause stops the queue until resume.
 func TestBrowser(t *testing.T) {
 	eachDB(t, func(t *testing.T, dbURL string) {
-		s := newSite(t, dbURL, dashboard.Config{Refresh: liveRefresh})
+		s := newSite(t, dbURL, dashboard.Refresh(liveRefresh))
 		ctx := browser(t)
 		id := s.publish("bad")
 		s.waitParked(1)

@@ -10,7 +10,7 @@
 // Mount it at any prefix inside your own service, behind your own
 // authentication middleware:
 //
-//	h, err := dashboard.New(broker, dashboard.Config{})
+//	h, err := dashboard.New(broker)
 //	mux.Handle("/admin/inbox/", http.StripPrefix("/admin/inbox", requireAdmin(h)))
 //
 // or run it on its own: go run ./cmd/inbox dashboard --db URL --listen 127.0.0.1:8080.
@@ -24,7 +24,6 @@ package dashboard
 import (
 	"database/sql"
 	"embed"
-	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -35,20 +34,19 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/internal/config"
 )
 
-// Config configures a dashboard. Zero means the default for every field.
-type Config struct {
-	// ReadOnly shows no action buttons and refuses every POST with 403.
+// Option configures New. A value out of its bound makes New fail with an
+// error wrapping ErrInvalid that names the option, the value and the bound.
+type Option func(*settings) error
+
+// settings are a dashboard's options, defaults filled in.
+type settings struct {
 	ReadOnly bool
-	// Refresh is how often a page reloads its counts in the browser.
-	// Defaults to DefaultRefresh; at least one second.
-	Refresh time.Duration
-	// PageSize is how many rows a queue page lists. Defaults to
-	// DefaultPageSize; at most 1000.
+	Refresh  time.Duration
 	PageSize int
-	// Logger logs failed reads and actions. Defaults to slog.Default().
-	Logger *slog.Logger
+	Logger   *slog.Logger
 
 	// A state's view reads the key this many rows at a time, for at most
 	// this long (see Handler.rows); tests make them small.
@@ -56,35 +54,57 @@ type Config struct {
 	scanBudget time.Duration
 }
 
-// Defaults of Config.
+// Defaults of the options.
 const (
 	DefaultRefresh  = 5 * time.Second
 	DefaultPageSize = 50
 )
 
-// ErrInvalidConfig is wrapped by New's error for a Config field out of bounds.
-var ErrInvalidConfig = errors.New("dashboard: invalid config")
+// ErrInvalid is wrapped by New's error for a nil broker or an option out of
+// its bound. It is the module's one error of refused input: inbox.ErrInvalid
+// is the same value.
+var ErrInvalid = config.ErrInvalid
 
-func (c Config) withDefaults() (Config, error) {
-	if c.Refresh == 0 {
-		c.Refresh = DefaultRefresh
+// ReadOnly shows no action buttons and refuses every POST with 403.
+// Default: off, actions shown.
+func ReadOnly() Option {
+	return func(s *settings) error { s.ReadOnly = true; return nil }
+}
+
+// Refresh is how often a page reloads its counts in the browser. Default:
+// DefaultRefresh (5s). Bound: at least 1s.
+func Refresh(d time.Duration) Option {
+	return func(s *settings) error {
+		if d < time.Second {
+			return fmt.Errorf("dashboard: %w: Refresh(%v); give at least 1s, or leave the option out for the default %v", ErrInvalid, d, DefaultRefresh)
+		}
+		s.Refresh = d
+		return nil
 	}
-	if c.Refresh < time.Second {
-		return c, fmt.Errorf("%w: Refresh must be at least 1s, got %v", ErrInvalidConfig, c.Refresh)
+}
+
+// PageSize is how many rows a queue page lists. Default: DefaultPageSize
+// (50). Bound: 1 to 1000.
+func PageSize(n int) Option {
+	return func(s *settings) error {
+		if n < 1 || n > 1000 {
+			return fmt.Errorf("dashboard: %w: PageSize(%d); give 1 to 1000, or leave the option out for the default %d", ErrInvalid, n, DefaultPageSize)
+		}
+		s.PageSize = n
+		return nil
 	}
-	if c.PageSize == 0 {
-		c.PageSize = DefaultPageSize
+}
+
+// WithLogger logs failed reads and actions. Default: slog.Default(). Bound:
+// not nil.
+func WithLogger(l *slog.Logger) Option {
+	return func(s *settings) error {
+		if l == nil {
+			return fmt.Errorf("dashboard: %w: WithLogger(nil); give a logger, or leave the option out for slog.Default()", ErrInvalid)
+		}
+		s.Logger = l
+		return nil
 	}
-	if c.PageSize < 1 || c.PageSize > 1000 {
-		return c, fmt.Errorf("%w: PageSize must be between 1 and 1000, got %d", ErrInvalidConfig, c.PageSize)
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.scanWindow == 0 {
-		c.scanWindow, c.scanBudget = scanWindow, scanBudget
-	}
-	return c, nil
 }
 
 //go:embed templates/*.html
@@ -95,7 +115,7 @@ var staticFiles embed.FS
 
 // Handler serves the dashboard. Make it with New.
 type Handler struct {
-	cfg     Config
+	cfg     settings
 	op      *inbox.Operator
 	dialect string
 	db      *sql.DB
@@ -105,13 +125,15 @@ type Handler struct {
 }
 
 // New returns the dashboard of broker b's database.
-func New(b *inbox.Broker, cfg Config) (*Handler, error) {
+func New(b *inbox.Broker, opts ...Option) (*Handler, error) {
 	if b == nil {
-		return nil, fmt.Errorf("%w: a nil broker", ErrInvalidConfig)
+		return nil, fmt.Errorf("dashboard: %w: a nil broker; give the broker of the database to show", ErrInvalid)
 	}
-	cfg, err := cfg.withDefaults()
-	if err != nil {
-		return nil, err
+	cfg := settings{Refresh: DefaultRefresh, PageSize: DefaultPageSize, Logger: slog.Default(), scanWindow: scanWindow, scanBudget: scanBudget}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
 	}
 	pages, err := parsePages()
 	if err != nil {

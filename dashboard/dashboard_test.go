@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/dashboard"
+	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
 )
 
@@ -37,7 +38,7 @@ var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]{64})"`)
 // parked row's error.
 func TestPagesShowQueuesAndEscapeRows(t *testing.T) {
 	eachDB(t, func(t *testing.T, dbURL string) {
-		s := newSite(t, dbURL, dashboard.Config{})
+		s := newSite(t, dbURL)
 		s.publish("bad")
 		s.waitParked(1)
 		// Rows a day away, so the service leaves them for the page.
@@ -80,7 +81,7 @@ func TestPagesShowQueuesAndEscapeRows(t *testing.T) {
 // running service handles it.
 func TestActionsNeedTheToken(t *testing.T) {
 	eachDB(t, func(t *testing.T, dbURL string) {
-		s := newSite(t, dbURL, dashboard.Config{})
+		s := newSite(t, dbURL)
 		id := s.publish("bad")
 		s.waitParked(1)
 		s.fixed.Store(true)
@@ -133,7 +134,7 @@ func TestActionsNeedTheToken(t *testing.T) {
 
 // Read-only shows no action and refuses every POST.
 func TestReadOnly(t *testing.T) {
-	s := newSite(t, inboxtest.SQLite(t), dashboard.Config{ReadOnly: true})
+	s := newSite(t, inboxtest.SQLite(t), dashboard.ReadOnly())
 	c := client(t)
 	_, body := get(t, c, s.url("queue?table=jobs"))
 	if strings.Contains(body, `name="op"`) {
@@ -157,7 +158,7 @@ func TestReadOnly(t *testing.T) {
 // Only registered queues are shown or changed; the bare prefix redirects to
 // the prefix with a slash; a bad config is refused.
 func TestUnknownQueuesAndPrefix(t *testing.T) {
-	s := newSite(t, inboxtest.SQLite(t), dashboard.Config{})
+	s := newSite(t, inboxtest.SQLite(t))
 	c := client(t)
 	if code, _ := get(t, c, s.url("queue?table=users")); code != http.StatusNotFound {
 		t.Errorf("unregistered table: %d, want 404", code)
@@ -173,7 +174,39 @@ func TestUnknownQueuesAndPrefix(t *testing.T) {
 	if loc := resp.Header.Get("Location"); resp.StatusCode/100 != 3 || !strings.HasSuffix(loc, "inbox/") {
 		t.Errorf("bare prefix: %d to %q, want a redirect to the prefix with a slash", resp.StatusCode, loc)
 	}
-	if _, err := dashboard.New(s.b, dashboard.Config{Refresh: time.Millisecond}); !errors.Is(err, dashboard.ErrInvalidConfig) {
-		t.Errorf("Refresh 1ms: %v, want ErrInvalidConfig", err)
+}
+
+// Every option refuses a value out of its bound, naming the option, the
+// value and the bound, with an error wrapping the module's ErrInvalid; no
+// handler is made.
+func TestOptionsRefused(t *testing.T) {
+	b, err := inbox.Open(inboxtest.SQLite(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, tc := range []struct {
+		opt  dashboard.Option
+		want []string
+	}{
+		{dashboard.Refresh(time.Millisecond), []string{"Refresh(1ms)", "at least 1s"}},
+		{dashboard.Refresh(0), []string{"Refresh(0s)", "at least 1s"}},
+		{dashboard.PageSize(0), []string{"PageSize(0)", "1 to 1000"}},
+		{dashboard.PageSize(1001), []string{"PageSize(1001)", "1 to 1000"}},
+		{dashboard.WithLogger(nil), []string{"WithLogger(nil)"}},
+	} {
+		h, err := dashboard.New(b, tc.opt)
+		if h != nil || !errors.Is(err, dashboard.ErrInvalid) || !errors.Is(err, inbox.ErrInvalid) {
+			t.Errorf("%s: %v, %v; want no handler and an error wrapping ErrInvalid", tc.want[0], h, err)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q does not say %q", tc.want[0], err, w)
+			}
+		}
+	}
+	if h, err := dashboard.New(nil); h != nil || !errors.Is(err, dashboard.ErrInvalid) {
+		t.Errorf("New(nil): %v, %v; want ErrInvalid", h, err)
 	}
 }

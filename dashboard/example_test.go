@@ -34,7 +34,7 @@ func Example() {
 		panic(err)
 	}
 
-	h, err := dashboard.New(b, dashboard.Config{}) // ReadOnly: true shows no actions
+	h, err := dashboard.New(b) // dashboard.ReadOnly() shows no actions
 	if err != nil {
 		panic(err)
 	}

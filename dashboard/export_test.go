@@ -2,9 +2,11 @@ package dashboard
 
 import "time"
 
-// WithScan sets cfg's window and budget of a state's view (see scanWindow);
+// WithScan sets the window and budget of a state's view (see scanWindow);
 // a negative budget reads one window a page.
-func WithScan(cfg Config, window int, budget time.Duration) Config {
-	cfg.scanWindow, cfg.scanBudget = window, budget
-	return cfg
+func WithScan(window int, budget time.Duration) Option {
+	return func(s *settings) error {
+		s.scanWindow, s.scanBudget = window, budget
+		return nil
+	}
 }

@@ -53,7 +53,7 @@ type site struct {
 
 // newSite runs a service that parks a row whose payload is "bad" at its
 // first failure, and serves the dashboard with cfg.
-func newSite(t testing.TB, url string, cfg dashboard.Config) *site {
+func newSite(t testing.TB, url string, opts ...dashboard.Option) *site {
 	t.Helper()
 	ctx := context.Background()
 	b, err := inbox.Open(url, inbox.PollInterval(50*time.Millisecond))
@@ -79,7 +79,7 @@ func newSite(t testing.TB, url string, cfg dashboard.Config) *site {
 		t.Fatal(err)
 	}
 	inboxtest.StartLive(t, s.svc)
-	h, err := dashboard.New(b, cfg)
+	h, err := dashboard.New(b, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -129,7 +129,7 @@ func (s *site) waitFailuresTold(db *sql.DB) {
 // what they were shared among.
 func TestLocksAndSchedulesPages(t *testing.T) {
 	eachDB(t, func(t *testing.T, dbURL string) {
-		s := newSite(t, dbURL, dashboard.Config{})
+		s := newSite(t, dbURL)
 		s.withLocksAndSchedules()
 		c := client(t)
 		code, body := get(t, c, s.url("locks"))
@@ -165,7 +165,7 @@ func TestLocksAndSchedulesPages(t *testing.T) {
 // text, also after a live refresh.
 func TestBrowserLocksAndSchedules(t *testing.T) {
 	eachDB(t, func(t *testing.T, dbURL string) {
-		s := newSite(t, dbURL, dashboard.Config{Refresh: liveRefresh})
+		s := newSite(t, dbURL, dashboard.Refresh(liveRefresh))
 		s.withLocksAndSchedules()
 		ctx := browser(t) // after the setup: the browser's time runs from here
 		do(t, ctx, "locks", chromedp.Navigate(s.url("")), chromedp.Click(`a[href="locks"]`), chromedp.WaitVisible(`tr[data-lock]`))

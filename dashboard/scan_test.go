@@ -16,7 +16,7 @@ import (
 // spare, one page finds them all.
 func TestStateViewScansInWindows(t *testing.T) {
 	eachDB(t, func(t *testing.T, dbURL string) {
-		s := newSite(t, dbURL, dashboard.WithScan(dashboard.Config{PageSize: 5}, 4, -1))
+		s := newSite(t, dbURL, dashboard.PageSize(5), dashboard.WithScan(4, -1))
 		never := any(time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC))
 		if s.b.Dialect() == "sqlite" {
 			never = "9999-12-31 00:00:00.000"
@@ -64,7 +64,7 @@ func TestStateViewScansInWindows(t *testing.T) {
 		}
 		t.Logf("windows of 4 rows: %d pages", pages)
 
-		h, err := dashboard.New(s.b, dashboard.WithScan(dashboard.Config{PageSize: 5}, 4, time.Minute))
+		h, err := dashboard.New(s.b, dashboard.PageSize(5), dashboard.WithScan(4, time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -57,7 +57,11 @@ func serveDashboard(ctx context.Context, f *dashFlags, cmd *cobra.Command) error
 		return err
 	}
 	defer b.Close()
-	h, err := dashboard.New(b, dashboard.Config{ReadOnly: f.readOnly, Refresh: f.refresh})
+	opts := []dashboard.Option{dashboard.Refresh(f.refresh)}
+	if f.readOnly {
+		opts = append(opts, dashboard.ReadOnly())
+	}
+	h, err := dashboard.New(b, opts...)
 	if err != nil {
 		return err
 	}

@@ -146,7 +146,7 @@ func requireAdmin(h http.Handler) http.Handler { return h }
 
 // README, "Dashboard".
 func dashboardMux(b *inbox.Broker) *http.ServeMux {
-	h, err := dashboard.New(b, dashboard.Config{}) // ReadOnly: true shows no actions
+	h, err := dashboard.New(b) // dashboard.ReadOnly() shows no actions
 	if err != nil {
 		panic(err)
 	}

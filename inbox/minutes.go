@@ -19,7 +19,8 @@ type Minute struct {
 // Minutes lists the recorded minutes of table (and group; "" for the
 // table's ungrouped subscriptions) from since on, oldest first.
 func (o *Operator) Minutes(ctx context.Context, table, group string, since time.Time) ([]Minute, error) {
-	rows, err := o.b.db.QueryContext(ctx, o.sql.Minutes, table, group, since.UnixMilli())
+	q := o.sql.Minutes.Call(table, group, since)
+	rows, err := o.b.db.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: minutes of %q: %w (did migrations.ApplyRegistry run?)", table, err)
 	}

@@ -18,7 +18,8 @@ func (o *Operator) Pause(ctx context.Context, table, group string) error {
 		return fmt.Errorf("inbox: pause: table name: %w", err)
 	}
 	if err := o.b.write(ctx, false, func(ex execer) error {
-		_, err := ex.ExecContext(ctx, o.sql.Pause, table, group, o.b.clock.Now().UnixMilli())
+		q := o.sql.Pause.Call(table, group, o.b.clock.Now())
+		_, err := ex.ExecContext(ctx, q.SQL, q.Args...)
 		return err
 	}); err != nil {
 		return fmt.Errorf("inbox: pause %q: %w (did migrations.ApplyRegistry run?)", table, err)
@@ -31,7 +32,8 @@ func (o *Operator) Pause(ctx context.Context, table, group string) error {
 // once where the resume reaches them (their heartbeat, or a notification).
 func (o *Operator) Resume(ctx context.Context, table, group string) error {
 	if err := o.b.write(ctx, false, func(ex execer) error {
-		_, err := ex.ExecContext(ctx, o.sql.Resume, table, group)
+		q := o.sql.Resume.Call(table, group)
+		_, err := ex.ExecContext(ctx, q.SQL, q.Args...)
 		return err
 	}); err != nil {
 		return fmt.Errorf("inbox: resume %q: %w (did migrations.ApplyRegistry run?)", table, err)
@@ -62,7 +64,7 @@ type RegisteredSubscription struct {
 
 // Instances lists the registered instances, alive or gone.
 func (o *Operator) Instances(ctx context.Context) ([]Instance, error) {
-	rows, err := o.b.db.QueryContext(ctx, o.sql.Instances)
+	rows, err := o.b.db.QueryContext(ctx, o.sql.Instances.Call().SQL)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: list instances: %w (did migrations.ApplyRegistry run?)", err)
 	}
@@ -85,7 +87,7 @@ func (o *Operator) Instances(ctx context.Context) ([]Instance, error) {
 		return nil, fmt.Errorf("inbox: list instances: %w", err)
 	}
 	rows.Close()
-	subs, err := o.b.db.QueryContext(ctx, o.sql.Subscriptions)
+	subs, err := o.b.db.QueryContext(ctx, o.sql.Subscriptions.Call().SQL)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: list subscriptions: %w", err)
 	}
@@ -169,7 +171,7 @@ func (o *Operator) Queues(ctx context.Context) ([]QueueInfo, error) {
 
 // Paused lists the paused queues as (table, group) pairs.
 func (o *Operator) Paused(ctx context.Context) ([][2]string, error) {
-	rows, err := o.b.db.QueryContext(ctx, o.sql.Paused)
+	rows, err := o.b.db.QueryContext(ctx, o.sql.Paused.Call().SQL)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: list paused queues: %w (did migrations.ApplyRegistry run?)", err)
 	}

@@ -225,31 +225,20 @@ func (r *registry) join(ctx context.Context) {
 	err := r.b.write(ctx, true, func(ex execer) error {
 		// Instances dead for longer than Keep are forgotten here and at each
 		// write of the minutes, so an idle registry forgets them too.
-		if _, err := ex.ExecContext(ctx, r.sql.Forget, now.Add(-r.cfg.keep).UnixMilli()); err != nil {
-			return err
-		}
-		if _, err := ex.ExecContext(ctx, r.sql.ForgetSubs); err != nil {
-			return err
-		}
-		if _, err := ex.ExecContext(ctx, r.sql.LeaveSubs, r.id); err != nil {
-			return err
-		}
-		if _, err := ex.ExecContext(ctx, r.sql.Leave, r.id); err != nil {
-			return err
-		}
 		host, _ := os.Hostname()
-		if _, err := ex.ExecContext(ctx, r.sql.Join, r.id, r.svc.Name, r.svc.Version, host, os.Getpid(),
-			r.started.UnixMilli(), now.UnixMilli(), r.cfg.heartbeat.Milliseconds()); err != nil {
-			return err
+		calls := []dialect.Call{
+			r.sql.Forget.Call(now.Add(-r.cfg.keep)),
+			r.sql.ForgetSubs.Call(),
+			r.sql.LeaveSubs.Call(r.id),
+			r.sql.Leave.Call(r.id),
+			r.sql.Join.Call(r.id, r.svc.Name, r.svc.Version, host, os.Getpid(), r.started, now, r.cfg.heartbeat),
 		}
 		for i, sub := range r.svc.subs {
 			roles, _ := json.Marshal(sub.roles())
-			if _, err := ex.ExecContext(ctx, r.sql.JoinSub, r.id, i, sub.cfg.name, sub.table, sub.group, sub.cfg.form.Name(),
-				sub.cfg.workers, sub.cfg.lease.Milliseconds(), string(roles)); err != nil {
-				return err
-			}
+			calls = append(calls, r.sql.JoinSub.Call(r.id, i, sub.cfg.name, sub.table, sub.group, sub.cfg.form.Name(),
+				sub.cfg.workers, sub.cfg.lease, string(roles)))
 		}
-		return nil
+		return execAll(ctx, ex, calls...)
 	})
 	if err != nil {
 		r.retryAt = now.Add(time.Minute)
@@ -271,7 +260,8 @@ func (r *registry) beat(ctx context.Context) {
 	var pausedJSON string
 	var found bool
 	err := r.b.write(ctx, false, func(ex execer) error {
-		err := ex.QueryRowContext(ctx, r.sql.Beat, now.UnixMilli(), r.id).Scan(&pausedJSON)
+		q := r.sql.Beat.Call(now, r.id)
+		err := ex.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&pausedJSON)
 		if err == nil {
 			found = true
 		}
@@ -372,19 +362,13 @@ func (r *registry) flush(ctx context.Context, now time.Time, all bool) {
 		return
 	}
 	err := r.b.write(ctx, true, func(ex execer) error {
+		calls := make([]dialect.Call, 0, len(done)+3)
 		for k, c := range done {
-			if _, err := ex.ExecContext(ctx, r.sql.AddMinute, k.table, k.group, k.minute, string(k.outcome), c.handled, c.totalUS, c.maxUS); err != nil {
-				return err
-			}
+			calls = append(calls, r.sql.AddMinute.Call(k.table, k.group, k.minute, string(k.outcome), c.handled, c.totalUS, c.maxUS))
 		}
-		old := now.Add(-r.cfg.keep).UnixMilli()
-		for _, q := range []string{r.sql.Prune, r.sql.Forget} {
-			if _, err := ex.ExecContext(ctx, q, old); err != nil {
-				return err
-			}
-		}
-		_, err := ex.ExecContext(ctx, r.sql.ForgetSubs)
-		return err
+		old := now.Add(-r.cfg.keep)
+		calls = append(calls, r.sql.Prune.Call(old), r.sql.Forget.Call(old), r.sql.ForgetSubs.Call())
+		return execAll(ctx, ex, calls...)
 	})
 	if err != nil {
 		r.log.Warn("inbox: registry: could not write the per-minute counts; they are dropped", "err", err)
@@ -402,11 +386,7 @@ func (r *registry) stop() {
 	defer cancel()
 	r.flush(ctx, r.b.clock.Now(), true)
 	err := r.b.write(ctx, true, func(ex execer) error {
-		if _, err := ex.ExecContext(ctx, r.sql.LeaveSubs, r.id); err != nil {
-			return err
-		}
-		_, err := ex.ExecContext(ctx, r.sql.Leave, r.id)
-		return err
+		return execAll(ctx, ex, r.sql.LeaveSubs.Call(r.id), r.sql.Leave.Call(r.id))
 	})
 	if err != nil {
 		r.log.Warn("inbox: could not leave the registry; the instance is shown as gone once its heartbeat is stale", "err", err)
@@ -426,6 +406,16 @@ func (s *Subscription) roles() map[Role]string {
 type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// execAll runs the statements in order and stops at the first failure.
+func execAll(ctx context.Context, ex execer, calls ...dialect.Call) error {
+	for _, c := range calls {
+		if _, err := ex.ExecContext(ctx, c.SQL, c.Args...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // write runs f in the broker's turn to write (SQLite), in a transaction

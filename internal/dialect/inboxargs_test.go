@@ -1,6 +1,7 @@
 package dialect
 
 import (
+	"fmt"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -23,37 +24,47 @@ func TestInboxCallsMatchTheirParameters(t *testing.T) {
 		for name, tbl := range tables {
 			for _, inDB := range []bool{false, true} {
 				tm := Times{Kind: kind, Encoding: EncodingFor(kind, "DATETIME"), InDatabase: inDB}
-				s := reflect.ValueOf(d.Inbox(tbl, tm))
-				for i := range s.NumField() {
-					field := s.Type().Field(i).Name
-					stmt := s.Field(i)
-					sql := stmt.MethodByName("SQL").Call(nil)[0].String()
-					if sql == "" {
-						continue
-					}
-					call := stmt.MethodByName("Call")
-					in := make([]reflect.Value, call.Type().NumIn())
-					for j := range in {
-						in[j] = reflect.Zero(call.Type().In(j))
-					}
-					got := call.Call(in)[0].Interface().(Call)
-					used := map[string]bool{}
-					for _, m := range placeholder.FindAllStringSubmatch(sql, -1) {
-						used[m[1]] = true
-					}
-					if len(used) != len(got.Args) {
-						t.Errorf("%v, %s table, database clock %v: %s has %d parameters, its Call gives %d arguments\n%s",
-							kind, name, inDB, field, len(used), len(got.Args), sql)
-					}
-					for n := 1; n <= len(got.Args); n++ {
-						if !used[itoa(n)] {
-							t.Errorf("%v, %s table: %s never reads parameter %d", kind, name, field, n)
-						}
-					}
-				}
+				checkCalls(t, fmt.Sprintf("%v, %s table, database clock %v", kind, name, inDB), d.Inbox(tbl, tm))
 			}
 		}
 	}
 }
 
-func itoa(n int) string { return strconv.Itoa(n) }
+// The registry's statements likewise.
+func TestRegistryCallsMatchTheirParameters(t *testing.T) {
+	for _, kind := range []Kind{SQLite, Postgres} {
+		checkCalls(t, kind.String(), Of(kind).Registry())
+	}
+}
+
+// checkCalls checks every statement of stmts, a struct of statement types.
+func checkCalls(t *testing.T, where string, stmts any) {
+	t.Helper()
+	s := reflect.ValueOf(stmts)
+	for i := range s.NumField() {
+		field := s.Type().Field(i).Name
+		stmt := s.Field(i)
+		sql := stmt.MethodByName("SQL").Call(nil)[0].String()
+		if sql == "" {
+			continue
+		}
+		call := stmt.MethodByName("Call")
+		in := make([]reflect.Value, call.Type().NumIn())
+		for j := range in {
+			in[j] = reflect.Zero(call.Type().In(j))
+		}
+		got := call.Call(in)[0].Interface().(Call)
+		used := map[string]bool{}
+		for _, m := range placeholder.FindAllStringSubmatch(sql, -1) {
+			used[m[1]] = true
+		}
+		if len(used) != len(got.Args) {
+			t.Errorf("%s: %s has %d parameters, its Call gives %d arguments\n%s", where, field, len(used), len(got.Args), sql)
+		}
+		for n := 1; n <= len(got.Args); n++ {
+			if !used[strconv.Itoa(n)] {
+				t.Errorf("%s: %s never reads parameter %d", where, field, n)
+			}
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -189,10 +190,11 @@ func TestDatabaseClockPublishAndRowlockRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	settled := make(chan struct{})
+	var once sync.Once // under load the retry may be handled before the stop
 	sub, err := inbox.Subscribe(b, q, func(ctx context.Context, j Job) error {
 		time.Sleep(1500 * time.Millisecond) // the handler's work, longer than the delay it asks for
 		return inbox.RetryAfter(time.Second, nil)
-	}, inbox.Form(rowlock.Form), inbox.Observe(func(inbox.Event) { close(settled) }))
+	}, inbox.Form(rowlock.Form), inbox.Observe(func(inbox.Event) { once.Do(func() { close(settled) }) }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func ExampleInstrument() {
 	done := make(chan struct{}, 3)
 	render := func(ctx context.Context, j job) error { done <- struct{}{}; return nil }
 	_, _ = inbox.Handle(svc, queue, render, inbox.Workers(8))
-	if err := inboxotel.Instrument(svc, inboxotel.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))}); err != nil {
+	if err := inboxotel.Instrument(svc, inboxotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))); err != nil {
 		panic(err)
 	}
 	for range 3 {

@@ -35,7 +35,7 @@ func TestGaugesEndWithTheService(t *testing.T) {
 			if _, err := inbox.Handle(svc, inbox.MustQueue[job]("jobs"), func(context.Context, job) error { return nil }); err != nil {
 				t.Fatal(err)
 			}
-			if err := inboxotel.Instrument(svc, inboxotel.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))}); err != nil {
+			if err := inboxotel.Instrument(svc, inboxotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))); err != nil {
 				t.Fatal(err)
 			}
 			gauges := func() (map[string]int, error) {

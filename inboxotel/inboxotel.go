@@ -5,7 +5,7 @@
 //
 //	svc := inbox.NewService("invoices", "1.0.0", broker)
 //	inbox.Handle(svc, queue, render, inbox.Workers(8))
-//	err := inboxotel.Instrument(svc, inboxotel.Config{}) // the global providers
+//	err := inboxotel.Instrument(svc) // the global providers
 //
 // Metrics (attribute queue: the table, or table/group):
 //
@@ -50,29 +50,83 @@ import (
 // Scope is the instrumentation scope's name.
 const Scope = "github.com/sqlinbox/sqlinbox/inboxotel"
 
-// Config configures Instrument. The zero value takes every default.
-type Config struct {
-	// MeterProvider makes the meter. Defaults to otel.GetMeterProvider().
-	MeterProvider metric.MeterProvider
-	// TracerProvider makes the tracer. Defaults to otel.GetTracerProvider().
+// Option configures Instrument, NewLocker and ScheduleHandler. A value out
+// of its bound makes them fail with an error wrapping ErrInvalid that names
+// the option, the value and the bound.
+type Option func(*settings) error
+
+// ErrInvalid is inbox.ErrInvalid, the module's one error of refused input.
+var ErrInvalid = inbox.ErrInvalid
+
+type settings struct {
+	MeterProvider  metric.MeterProvider
 	TracerProvider trace.TracerProvider
-	// CountLimit bounds the rows the inbox.rows gauge reads per queue at
-	// each collection (see inbox.Operator.CountLimit). Defaults to
-	// inbox.DefaultCountLimit.
-	CountLimit int
-	// NoRowGauge leaves out the inbox.rows gauge and its query per queue
-	// at each collection.
-	NoRowGauge bool
+	CountLimit     int
+	NoRowGauge     bool
 }
 
-func (c Config) meterProvider() metric.MeterProvider {
+// WithMeterProvider makes the meter. Default: otel.GetMeterProvider().
+// Bound: not nil.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(s *settings) error {
+		if mp == nil {
+			return fmt.Errorf("inboxotel: %w: WithMeterProvider(nil); give a provider, or leave the option out for otel.GetMeterProvider()", ErrInvalid)
+		}
+		s.MeterProvider = mp
+		return nil
+	}
+}
+
+// WithTracerProvider makes the tracer. Default: otel.GetTracerProvider().
+// Bound: not nil.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(s *settings) error {
+		if tp == nil {
+			return fmt.Errorf("inboxotel: %w: WithTracerProvider(nil); give a provider, or leave the option out for otel.GetTracerProvider()", ErrInvalid)
+		}
+		s.TracerProvider = tp
+		return nil
+	}
+}
+
+// CountLimit bounds the rows the inbox.rows gauge reads per queue at each
+// collection (see inbox.Operator.CountLimit). Default:
+// inbox.DefaultCountLimit. Bound: at least 1.
+func CountLimit(n int) Option {
+	return func(s *settings) error {
+		if n < 1 {
+			return fmt.Errorf("inboxotel: %w: CountLimit(%d); give at least 1, or leave the option out for the default %d", ErrInvalid, n, inbox.DefaultCountLimit)
+		}
+		s.CountLimit = n
+		return nil
+	}
+}
+
+// NoRowGauge leaves out the inbox.rows gauge and its query per queue at
+// each collection. Default: the gauge is kept.
+func NoRowGauge() Option {
+	return func(s *settings) error { s.NoRowGauge = true; return nil }
+}
+
+// resolve applies opts over the defaults.
+func resolve(opts []Option) (settings, error) {
+	var s settings
+	for _, o := range opts {
+		if err := o(&s); err != nil {
+			return settings{}, err
+		}
+	}
+	return s, nil
+}
+
+func (c settings) meterProvider() metric.MeterProvider {
 	if c.MeterProvider == nil {
 		return otel.GetMeterProvider()
 	}
 	return c.MeterProvider
 }
 
-func (c Config) tracerProvider() trace.TracerProvider {
+func (c settings) tracerProvider() trace.TracerProvider {
 	if c.TracerProvider == nil {
 		return otel.GetTracerProvider()
 	}
@@ -83,7 +137,11 @@ func (c Config) tracerProvider() trace.TracerProvider {
 // after the subscriptions are added and before Run. The observable gauges
 // (workers, and rows by state, which query each table) are unregistered
 // when svc's Run returns: once it has, collections read nothing of svc.
-func Instrument(svc *inbox.Service, cfg Config) error {
+func Instrument(svc *inbox.Service, opts ...Option) error {
+	cfg, rerr := resolve(opts)
+	if rerr != nil {
+		return rerr
+	}
 	m := cfg.meterProvider().Meter(Scope)
 	in := &instruments{tracer: cfg.tracerProvider().Tracer(Scope), busy: map[*inbox.Subscription]*atomic.Int64{}}
 	var err, e error
@@ -255,7 +313,7 @@ func (in *instruments) claimed(s *inbox.Subscription, c inbox.ClaimEvent) {
 
 // gauges registers the observable gauges: workers busy and total, and rows
 // by state per queue.
-func (in *instruments) gauges(m metric.Meter, svc *inbox.Service, subs []*inbox.Subscription, cfg Config) (metric.Registration, error) {
+func (in *instruments) gauges(m metric.Meter, svc *inbox.Service, subs []*inbox.Subscription, cfg settings) (metric.Registration, error) {
 	busy, err := m.Int64ObservableGauge("inbox.workers.busy", metric.WithDescription("Rows claimed and not yet settled, by queue."))
 	if err != nil {
 		return nil, err

@@ -66,8 +66,7 @@ func TestMetricsMatchTheRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := inboxotel.Instrument(svc, inboxotel.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
-				TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))}); err != nil {
+			if err := inboxotel.Instrument(svc, inboxotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))), inboxotel.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)))); err != nil {
 				t.Fatal(err)
 			}
 			for i := range 10 {

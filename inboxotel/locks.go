@@ -27,7 +27,11 @@ type Locker struct {
 }
 
 // NewLocker measures l's takes with cfg's meter provider.
-func NewLocker(l *lock.Locker, cfg Config) (*Locker, error) {
+func NewLocker(l *lock.Locker, opts ...Option) (*Locker, error) {
+	cfg, rerr := resolve(opts)
+	if rerr != nil {
+		return nil, rerr
+	}
 	m := cfg.meterProvider().Meter(Scope)
 	ml := &Locker{Locker: l}
 	var err, e error

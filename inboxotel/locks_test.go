@@ -55,7 +55,7 @@ func TestLockerMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ml, err := inboxotel.NewLocker(l, inboxotel.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	ml, err := inboxotel.NewLocker(l, inboxotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,8 +105,7 @@ func TestScheduleHandlerMetrics(t *testing.T) {
 			panic("boom")
 		}
 		return nil
-	}, inboxotel.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
-		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))})
+	}, inboxotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))), inboxotel.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ func render(context.Context, job) error { return nil }
 func instrumented(b *inbox.Broker, queue inbox.Queue[job]) (*inbox.Service, error) {
 	svc := inbox.NewService("invoices", "1.4.0", b)
 	_, _ = inbox.Handle(svc, queue, render, inbox.Workers(8))
-	if err := inboxotel.Instrument(svc, inboxotel.Config{}); err != nil { // the global providers
+	if err := inboxotel.Instrument(svc); err != nil { // the global providers
 		return nil, err
 	}
 	return svc, nil

@@ -23,7 +23,11 @@ import (
 //
 // and a span "inbox.schedule <name>" per run, carried by the handler's
 // context, with the share's worker and instance indexes.
-func ScheduleHandler(h schedule.Handler, cfg Config) (schedule.Handler, error) {
+func ScheduleHandler(h schedule.Handler, opts ...Option) (schedule.Handler, error) {
+	cfg, rerr := resolve(opts)
+	if rerr != nil {
+		return nil, rerr
+	}
 	m := cfg.meterProvider().Meter(Scope)
 	tracer := cfg.tracerProvider().Tracer(Scope)
 	var err, e error

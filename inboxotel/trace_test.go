@@ -68,7 +68,7 @@ func TestHandlingSpanLinksToProducer(t *testing.T) {
 			if _, err := inbox.Handle(svc, q, func(context.Context, tracedJob) error { return nil }, ev.Observe()); err != nil {
 				t.Fatal(err)
 			}
-			if err := inboxotel.Instrument(svc, inboxotel.Config{TracerProvider: tp, NoRowGauge: true}); err != nil {
+			if err := inboxotel.Instrument(svc, inboxotel.WithTracerProvider(tp), inboxotel.NoRowGauge()); err != nil {
 				t.Fatal(err)
 			}
 			rctx, cancel := context.WithCancel(ctx)

@@ -102,7 +102,7 @@ func run(ctx context.Context, url, addr string, n int, out *os.File) error {
 	if _, err := inbox.Handle(svc, queue, render, inbox.Workers(4)); err != nil {
 		return err
 	}
-	if err := inboxotel.Instrument(svc, inboxotel.Config{MeterProvider: provider}); err != nil {
+	if err := inboxotel.Instrument(svc, inboxotel.WithMeterProvider(provider)); err != nil {
 		return err
 	}
 	for i := range n {

@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -26,5 +27,54 @@ func TestPostgresTableLeavesRoomForClaims(t *testing.T) {
 	}
 	if !strings.Contains(opts, "fillfactor=50") {
 		t.Errorf("room_jobs has reloptions %q, want fillfactor=50", opts)
+	}
+}
+
+// TestSchedulePruneUsesAnIndex: done shares stay until their moment is
+// pruned at each heartbeat, so the prune must not read the whole table.
+func TestSchedulePruneUsesAnIndex(t *testing.T) {
+	for name, url := range map[string]func(testing.TB) string{"sqlite": testdb.SQLite, "postgres": testdb.Postgres} {
+		t.Run(name, func(t *testing.T) { prunePlan(t, url(t)) })
+	}
+}
+
+func prunePlan(t *testing.T, url string) {
+	db := testdb.Open(t, url)
+	ctx := context.Background()
+	if err := migrations.ApplySchedules(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	explain := "EXPLAIN QUERY PLAN DELETE FROM sqlinbox_schedule_shares WHERE moment < 1000"
+	if strings.HasPrefix(url, "postgres") {
+		if _, err := db.ExecContext(ctx, `INSERT INTO sqlinbox_schedule_shares
+			(schedule, moment, worker, workers, dealt_to, instance_index, instances, runner, runners, locked_until)
+			SELECT 's', g, 0, 1, 'a', 0, 1, 0, 1, now() FROM generate_series(1, 20000) g`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "ANALYZE sqlinbox_schedule_shares"); err != nil {
+			t.Fatal(err)
+		}
+		explain = "EXPLAIN DELETE FROM sqlinbox_schedule_shares WHERE moment < 1000"
+	}
+	rows, err := db.QueryContext(ctx, explain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan strings.Builder
+	cols, _ := rows.Columns()
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintln(&plan, vals...)
+	}
+	rows.Close()
+	if !strings.Contains(plan.String(), "sqlinbox_schedule_shares_moment") {
+		t.Errorf("%s: the prune does not use the moment index:\n%s", url, plan.String())
 	}
 }

@@ -56,6 +56,10 @@ CREATE TABLE IF NOT EXISTS {{shares}} (
 -- Serves the sweep for shares whose lease ran out.
 CREATE INDEX IF NOT EXISTS {{shares}}_locked_until ON {{shares}} (locked_until)
 -- ;
+-- Serves the prune of old moments at each heartbeat: done shares stay until
+-- then, so without it every heartbeat reads the whole table.
+CREATE INDEX IF NOT EXISTS {{shares}}_moment ON {{shares}} (moment)
+-- ;
 -- One row per running scheduler: keeps two schedulers off one instance name.
 CREATE TABLE IF NOT EXISTS {{instances}} (
     instance   TEXT PRIMARY KEY,

@@ -114,6 +114,15 @@
 // database that cannot be reached is waited for with backoff; one that
 // refuses the connection for good stops Run with a *ConnectionError.
 //
+// # Options
+//
+// Open, New, Subscribe, Register and the publishes take functional options
+// (PollInterval, Workers, Lease, Delay, ...); leave one out for its default.
+// Each option's doc states its default and its bound. A value out of its
+// bound fails the call at once with an error naming the option, the value
+// and the bound, wrapping ErrInvalid: lock, schedule and dashboard refuse
+// with the same value.
+//
 // # Where to go next
 //
 //   - [github.com/sqlinbox/sqlinbox/claim] and the packages below it: the forms

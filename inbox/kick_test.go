@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,7 +12,8 @@ import (
 // Under a backlog a worker freed while the others still run gets its next
 // row at once, not at the next poll (an hour here): the workers wake the
 // claim loop at the first of them freed, at half and at all, and the loop
-// claims for the few freed once its short gather is over.
+// claims for the few freed once its short gather is over (or, on Postgres,
+// they take the spare rows an earlier claim took beyond its free workers).
 func TestFreedWorkersGetRowsWithoutAPoll(t *testing.T) {
 	eachDB(t, func(t *testing.T, url string) {
 		b := open(t, url, inbox.PollInterval(time.Hour))
@@ -50,8 +52,15 @@ func TestFreedWorkersGetRowsWithoutAPoll(t *testing.T) {
 			release <- struct{}{} // all four freed
 		}
 		waitStarts(4, "every worker freed")
-		if st := sub.Stats(); st.Claims < 4 {
-			t.Fatalf("%d claims for 11 rows started in four steps, want at least 4", st.Claims)
+		want := int64(4)
+		if strings.HasPrefix(url, "postgres") {
+			// Under a backlog a Postgres claim may take rows beyond its
+			// free workers (spare rows), which workers freed later start
+			// without a claim of their own.
+			want = 2
+		}
+		if st := sub.Stats(); st.Claims < want {
+			t.Fatalf("%d claims for 11 rows started in four steps, want at least %d", st.Claims, want)
 		}
 	})
 }

@@ -50,6 +50,9 @@ type Broker struct {
 	inserts   map[string]insert        // publish statements by table and row type
 	encodings map[string]dialect.Times // locked_until encodings by table
 	batches   sync.Map                 // PublishMany's plans (batchPlan) by table, row type and grouping
+	pollers   sync.Map                 // idle pollers (*engine.Poller) by table (see pollers.go)
+	sqls      sync.Map                 // each table's statements (dialect.InboxSQL), see pollers.go
+	checking  map[any]*checkCall       // table checks in flight (see checkShared)
 }
 
 // ErrInvalid is wrapped by every refusal of an option's value or of an

@@ -13,6 +13,7 @@ import (
 	iclaim "github.com/sqlinbox/sqlinbox/internal/claim"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 	"github.com/sqlinbox/sqlinbox/internal/engine"
+	"github.com/sqlinbox/sqlinbox/notify"
 )
 
 // Defaults of a subscription's options.
@@ -179,6 +180,7 @@ type Subscription struct {
 	// paused says whether the subscription's queue is paused (set by a
 	// registered service; nil otherwise).
 	paused  func() bool
+	poller  *engine.Poller // group subscriptions': the table's idle poller
 	running atomic.Bool
 	stats   engine.Counters
 	idle    *engine.Idle
@@ -247,14 +249,15 @@ func Subscribe[T any](b *Broker, q Queue[T], h Handler[T], opts ...SubOption) (*
 
 // check reads the table and makes the claimer. Run calls it first.
 func (s *Subscription) check(ctx context.Context) error {
-	t, err := checkTable(ctx, s.b, s.table, s.shape, s.grouped)
+	t, err := s.b.checkShared(ctx, s.table, s.shape, s.grouped)
 	if err != nil {
 		return err
 	}
-	env := iclaim.Env{DB: s.b.db, Stmts: s.b.stmts, Writer: s.b.writer, Dialect: s.b.d, Table: t, SQL: s.b.d.Inbox(t.Table, t.Times), Clock: s.b.clock,
+	env := iclaim.Env{DB: s.b.db, Stmts: s.b.stmts, Writer: s.b.writer, Dialect: s.b.d, Table: t, SQL: s.b.inboxSQL(t), Clock: s.b.clock,
 		Lease: s.cfg.lease, Rescan: s.b.poll, Conns: s.b.claimConns(), Budget: s.b.budget, Transactional: s.handleJob != nil}
 	if s.grouped {
 		env.Group = s.group
+		s.poller = s.b.poller(t)
 	}
 	c, err := s.cfg.form.New(env)
 	if err != nil {
@@ -273,20 +276,35 @@ func (s *Subscription) Run(ctx context.Context) error {
 		return fmt.Errorf("inbox: subscription %q is already running", s.cfg.name)
 	}
 	defer s.running.Store(false)
+	e, waiter, err := s.start(ctx)
+	if e == nil {
+		return err
+	}
+	defer waiter.Close()
+	e.Run(ctx)
+	return nil
+}
+
+// start checks the table (once), subscribes to wakes and makes the
+// engine; a nil engine means Run returns err. It is Run's but for the
+// engine's run, so that Run's own frame stays small: Run's goroutine is
+// what an idle subscription costs, and its stack shrinks to 4 kB only when
+// under a quarter of it is in use.
+//
+//go:noinline
+func (s *Subscription) start(ctx context.Context) (*engine.Engine, *notify.Waiter, error) {
 	if s.claimer == nil {
 		if err := untilReachable(ctx, s.b, "checking table "+s.table, func() error { return s.check(ctx) }); err != nil {
 			if ctx.Err() != nil {
-				return nil // stopped before the database came back
+				return nil, nil, nil // stopped before the database came back
 			}
-			return err
+			return nil, nil, err
 		}
 	}
 	log := s.b.log.With("subscription", s.cfg.name)
 	waiter := s.b.hub.Subscribe(s.table, s.group)
-	defer waiter.Close()
 	s.listen(ctx, log)
-	engine.New(s.engineConfig(log, waiter.C())).Run(ctx)
-	return nil
+	return engine.New(s.engineConfig(log, waiter.C())), waiter, nil
 }
 
 // listen waits until notifications of the table reach this process, so no
@@ -322,7 +340,7 @@ func (s *Subscription) engineConfig(log *slog.Logger, wakes <-chan struct{}) eng
 		Counts: s.shape.column(RoleAttempts) != "", Backoff: s.cfg.backoff,
 		Lease: s.cfg.lease, Timeout: s.cfg.timeout, Shutdown: s.cfg.shutdown, Poll: s.b.poll,
 		Postgres: s.b.d.Kind == dialect.Postgres, Ordered: s.shape.column(RolePriority) != "", Conns: s.b.claimConns(), Clock: s.b.clock, Log: log,
-		Claimer: s.claimer, Wakes: wakes, Counters: &s.stats, Idle: s.idle}
+		Claimer: s.claimer, Wakes: wakes, Counters: &s.stats, Idle: s.idle, Poller: s.poller, Group: s.group}
 	c.Handle = func(ctx context.Context, j *iclaim.Job) error { return s.handle(ctx, j.Value) }
 	if s.handleJob != nil {
 		c.Handle = s.handleJob

@@ -48,6 +48,9 @@ type claimer struct {
 func (c *claimer) Traits() claim.Traits { return claim.Traits{HoldExpires: true} }
 func (c *claimer) Held() int            { return 0 }
 
+// Floor is where the next claim after a short one starts (engine.Floorer).
+func (c *claimer) Floor() int64 { return c.mark.Floor() }
+
 func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	e := &c.env
 	if e.Budget != nil {

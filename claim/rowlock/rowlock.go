@@ -66,6 +66,9 @@ func (c *claimer) Traits() claim.Traits { return claim.Traits{RowsPerClaim: 1, P
 // Held counts the connections the form holds, claims in flight included.
 func (c *claimer) Held() int { return int(c.held.Load()) }
 
+// Floor is where the next claim after a short one starts (engine.Floorer).
+func (c *claimer) Floor() int64 { return c.mark.Floor() }
+
 // Claim takes at most one row, whatever max is: each job needs a
 // transaction, and so a connection, of its own.
 func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {

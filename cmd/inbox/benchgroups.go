@@ -4,8 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"time"
@@ -26,11 +28,15 @@ func benchGroups(ctx context.Context, args []string) error {
 	groups := fs.String("groups", "1,10,100,1000", "group subscriptions per case")
 	seconds := fs.Int("seconds", 10, "idle window per case")
 	table := fs.String("table", "bench_groups", "table to (re)create")
+	memProfile := fs.String("memprofile", "", "write a heap profile to this file at the end of each case's idle window (the last case's stays)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if dbKind(*db) != "postgres" {
 		return fmt.Errorf("--db: bench groups counts the database's transactions: it needs Postgres")
+	}
+	if *memProfile != "" {
+		runtime.MemProfileRate = 512 // finer than the default, for the subscriptions' few kB each
 	}
 	var out []string
 	for _, f := range strings.Split(*groups, ",") {
@@ -38,7 +44,7 @@ func benchGroups(ctx context.Context, args []string) error {
 		if err != nil || n < 1 {
 			return fmt.Errorf("--groups %q: want a list of counts such as 1,10,100", *groups)
 		}
-		line, err := groupsCase(ctx, *db, *table, n, time.Duration(*seconds)*time.Second)
+		line, err := groupsCase(ctx, *db, *table, n, time.Duration(*seconds)*time.Second, *memProfile)
 		if err != nil {
 			return err
 		}
@@ -65,7 +71,7 @@ func currentRSSMB() float64 {
 	return mb
 }
 
-func groupsCase(ctx context.Context, url, table string, n int, d time.Duration) (string, error) {
+func groupsCase(ctx context.Context, url, table string, n int, d time.Duration, memProfile string) (string, error) {
 	b, err := inbox.Open(url, inbox.WithHub(notify.NewHub()))
 	if err != nil {
 		return "", err
@@ -126,6 +132,12 @@ func groupsCase(ctx context.Context, url, table string, n int, d time.Duration) 
 	runtime.GC()
 	rss := currentRSSMB()
 	goroutines := runtime.NumGoroutine() - g0
+	memClasses(os.Stderr, n)
+	if memProfile != "" {
+		if err := writeHeapProfile(memProfile); err != nil {
+			return "", err
+		}
+	}
 	// Backends report within a second of going idle, at most once a second
 	// while busy.
 	time.Sleep(2 * time.Second)
@@ -154,4 +166,13 @@ func groupsCase(ctx context.Context, url, table string, n int, d time.Duration) 
 		n, stmts, rss-rss0, goroutines, cpu*100/d.Seconds(), pickup)
 	return fmt.Sprintf("g%d_statements_per_sec=%.2f g%d_rss_mb=%.1f g%d_goroutines=%d g%d_core_pct=%.1f g%d_pickup_ms=%.2f",
 		n, stmts, n, rss-rss0, n, goroutines, n, cpu*100/d.Seconds(), n, pickup), nil
+}
+
+// memClasses writes where the runtime's memory is: live objects,
+// goroutine stacks, and heap kept free (not yet returned to the system).
+func memClasses(w io.Writer, n int) {
+	samples := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"}, {Name: "/memory/classes/heap/free:bytes"}}
+	metrics.Read(samples)
+	mb := func(i int) float64 { return float64(samples[i].Value.Uint64()) / (1 << 20) }
+	fmt.Fprintf(w, "%d groups: heap objects %.1f MB, stacks %.1f MB, free heap %.1f MB\n", n, mb(0), mb(1), mb(2))
 }

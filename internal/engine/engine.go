@@ -111,6 +111,11 @@ type Config struct {
 	Claimer claim.Claimer
 	// Wakes delivers a wake per publish or notification (coalesced).
 	Wakes <-chan struct{}
+	// Poller, when set, polls for the subscription while it is idle, with
+	// the other idle subscriptions of its table (see Poller); Group is the
+	// group it asks about.
+	Poller *Poller
+	Group  string
 	// Counters and Idle outlive a Run: the subscription keeps them.
 	Counters *Counters
 	Idle     *Idle

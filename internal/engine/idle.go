@@ -19,16 +19,22 @@ type Idle struct {
 	now  chan struct{}   // closed when the loop next reports idle
 	poll time.Time       // when the armed poll fires; zero when none is armed
 	wake <-chan struct{} // the loop's wakes, pending ones unread
+	// While the loop is parked with a poller, the poller's next poll is
+	// its poll, and due is where the poller wakes it.
+	poller *Poller
+	due    <-chan struct{}
 }
 
 // NewIdle returns the idle state of a subscription on clk, not idle.
 func NewIdle(clk clock.Clock) *Idle { return &Idle{clock: clk, now: make(chan struct{})} }
 
-// set records whether the loop is idle.
-func (s *Idle) set(idle bool, poll time.Time, wake <-chan struct{}) {
+// set records whether the loop is idle, and what would make it claim: its
+// poll at poll, or the poller's next poll (when parked), or a wake on wake
+// or due.
+func (s *Idle) set(idle bool, poll time.Time, poller *Poller, wake, due <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.poll, s.wake = poll, wake
+	s.poll, s.wake, s.poller, s.due = poll, wake, poller, due
 	// Every idle report wakes Wait: a wake taken while the loop stayed
 	// idle (during a claim backoff) must not leave a waiter asleep.
 	if idle {
@@ -38,13 +44,27 @@ func (s *Idle) set(idle bool, poll time.Time, wake <-chan struct{}) {
 	s.idle = idle
 }
 
+// woken records that the poller woke the loop: not idle until it says so
+// again.
+func (s *Idle) woken() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.idle = false
+}
+
 // Wait blocks until the loop is idle, or ctx ends.
 func (s *Idle) Wait(ctx context.Context) error {
 	for {
 		s.mu.Lock()
+		poll := s.poll
+		var moved <-chan struct{}
+		if s.poller != nil {
+			poll, moved = s.poller.next()
+		}
 		// A poll that fired or a wake that arrived, not yet taken by the
-		// loop, will make it claim: not idle yet.
-		if s.idle && (s.poll.IsZero() || s.clock.Now().Before(s.poll)) && len(s.wake) == 0 {
+		// loop, will make it claim: not idle yet. A poller's poll that
+		// fired and found nothing moves its next one.
+		if s.idle && (poll.IsZero() || s.clock.Now().Before(poll)) && len(s.wake) == 0 && len(s.due) == 0 {
 			s.mu.Unlock()
 			return nil
 		}
@@ -54,6 +74,7 @@ func (s *Idle) Wait(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-ch:
+		case <-moved:
 		}
 	}
 }

@@ -77,6 +77,10 @@ type loop struct {
 	poll      clock.Timer
 	pollArmed bool
 	pollDue   time.Time
+	// With a poller, an idle loop parks there instead of arming its poll
+	// (see Poller).
+	parking parking
+	parked  bool
 
 	// A claim that found nothing holds the next wake-driven claim for
 	// wakeCooldown (host time: it paces statements, not the table's time),
@@ -124,6 +128,9 @@ func newLoop(e *Engine, w *workers, ctx context.Context) *loop {
 	}
 	w.kickEach = e.traits.PinsConnection || l.maxClaims > 1
 	l.claimCtx, l.cancelClaims = context.WithCancel(context.WithoutCancel(ctx))
+	if e.cfg.Poller != nil {
+		l.parking = parking{group: e.cfg.Group, floor: floorOf(e.cfg.Claimer), due: make(chan struct{}, 1), idle: e.cfg.Idle}
+	}
 	l.rearm(e.cfg.Poll)
 	return l
 }
@@ -138,15 +145,19 @@ func (l *loop) run(ctx context.Context) {
 		l.startSpare()
 		l.claimMore()
 		if l.stopping && l.inflight == 0 {
-			l.e.cfg.Idle.set(false, time.Time{}, nil)
+			l.e.cfg.Idle.set(false, time.Time{}, nil, nil, nil)
 			return
 		}
 		var pollC <-chan time.Time
 		var pollAt time.Time
+		var poller *Poller
 		if l.pollArmed {
 			pollC, pollAt = l.poll.C(), l.pollDue
 		}
-		l.e.cfg.Idle.set(l.idle && !l.stopping && l.inflight == 0 && l.free == l.e.cfg.Workers && l.settling == 0 && l.w.spare.len() == 0, pollAt, l.e.cfg.Wakes)
+		if l.parked {
+			poller = l.e.cfg.Poller
+		}
+		l.e.cfg.Idle.set(l.idle && !l.stopping && l.inflight == 0 && l.free == l.e.cfg.Workers && l.settling == 0 && l.w.spare.len() == 0, pollAt, poller, l.e.cfg.Wakes, l.parking.due)
 		select {
 		case r := <-l.results:
 			l.onResult(ctx, r)
@@ -160,6 +171,9 @@ func (l *loop) run(ctx context.Context) {
 			l.gathering, l.gathered = false, true
 		case <-pollC:
 			l.onPoll()
+		case <-l.parking.due:
+			l.parked = false
+			l.onPoll()
 		case <-l.ctxDone:
 			l.stop()
 		}
@@ -168,6 +182,7 @@ func (l *loop) run(ctx context.Context) {
 
 // close ends the claim goroutines (none is in flight) and the timers.
 func (l *loop) close() {
+	l.unpark()
 	close(l.claims)
 	l.poll.Stop()
 	l.coolTimer.Stop()
@@ -210,17 +225,23 @@ func (l *loop) claimMore() {
 	}
 }
 
-// claiming is a claim goroutine. They are kept: a claim goes to one that
-// waits, or to a new one when none does yet (about one for each claim in
-// flight): a new goroutine's stack grows again through the driver's calls
-// on every claim (stack copying was 6% of the process's CPU in a Postgres
-// drain). They end when the loop does, which waits for the claims in
-// flight first.
+// claiming is a claim goroutine. They are kept while claims come back
+// full: a claim goes to one that waits, or to a new one when none does yet
+// (about one for each claim in flight): a new goroutine's stack grows again
+// through the driver's calls on every claim (stack copying was 6% of the
+// process's CPU in a Postgres drain). One whose claim came back short or
+// failed ends: its subscription may go idle, and an idle one's goroutine
+// and stack would be kept for nothing (1000 idle group subscriptions held
+// 1000 of them). The rest end when the loop does, which waits for the
+// claims in flight first.
 func (l *loop) claiming(r claimReq) {
 	for ok := true; ok; r, ok = <-l.claims {
 		at := l.e.cfg.Clock.Now()
 		jobs, err := l.e.cfg.Claimer.Claim(l.claimCtx, r.asked)
 		l.results <- claimResult{at: at, asked: r.asked, workers: r.workers, jobs: jobs, err: err, gen: r.gen}
+		if len(jobs) < r.asked {
+			return
+		}
 	}
 }
 
@@ -264,7 +285,7 @@ func (l *loop) onResult(ctx context.Context, r claimResult) {
 		if len(r.jobs) == 0 {
 			l.lastShort = time.Now()
 		}
-		l.rearm(l.e.cfg.Poll)
+		l.idleWait()
 	case len(r.jobs) < r.asked:
 		// Woken while the claim ran: claim again, after the cooldown if
 		// this one found nothing at all.
@@ -314,6 +335,7 @@ func (l *loop) worked() {
 func (l *loop) onWake() {
 	l.wakeGen++
 	if l.failures == 0 && l.idle {
+		l.unpark()
 		l.idle = false
 		l.cool()
 	}
@@ -330,6 +352,7 @@ func (l *loop) onPoll() {
 // stop claims no more, and cuts the claims in flight the shutdown timeout
 // from now.
 func (l *loop) stop() {
+	l.unpark()
 	l.stopping = true
 	l.ctxDone = nil
 	l.cut = time.AfterFunc(l.e.cfg.Shutdown, l.cancelClaims)
@@ -340,6 +363,29 @@ func (l *loop) cool() {
 	if wait := wakeCooldown - time.Since(l.lastShort); wait > 0 {
 		l.cooling = true
 		l.coolTimer.Reset(wait)
+	}
+}
+
+// idleWait waits for the next poll after a short claim: parked with the
+// poller when there is one, else on the loop's own.
+func (l *loop) idleWait() {
+	if l.e.cfg.Poller == nil {
+		l.rearm(l.e.cfg.Poll)
+		return
+	}
+	if l.poll != nil {
+		l.poll.Stop()
+	}
+	l.pollArmed = false
+	l.parked = true
+	l.e.cfg.Poller.park(&l.parking)
+}
+
+// unpark takes the loop back from the poller, if parked.
+func (l *loop) unpark() {
+	if l.parked {
+		l.parked = false
+		l.e.cfg.Poller.unpark(&l.parking)
 	}
 }
 

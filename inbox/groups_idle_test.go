@@ -293,7 +293,7 @@ func TestIdleGroupsPausedGroupNotClaimed(t *testing.T) {
 		}
 		svc := inbox.NewService("groups", "1", b)
 		svc.Signals = false
-		if err := svc.Register(inbox.RegistryConfig{Heartbeat: time.Minute}); err != nil {
+		if err := svc.Register(inbox.RegistryHeartbeat(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 		got := make(chan Job, 10)

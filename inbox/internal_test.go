@@ -168,3 +168,26 @@ func TestShutdownGivesBackUnstartedRows(t *testing.T) {
 		}
 	})
 }
+
+// A broker that polls more often than RegistryHeartbeat's bound does not
+// lend Register a heartbeat below it: the default is floored, as the
+// option refuses such a value.
+func TestRegistryHeartbeatDefaultKeepsItsBound(t *testing.T) {
+	for _, tc := range []struct{ poll, want time.Duration }{
+		{time.Millisecond, minHeartbeat},
+		{time.Second, time.Second},
+	} {
+		b, err := Open(testdb.SQLite(t), PollInterval(tc.poll))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		svc := NewService("svc", "1", b)
+		if err := svc.Register(); err != nil {
+			t.Fatal(err)
+		}
+		if got := svc.reg.cfg.heartbeat; got != tc.want {
+			t.Errorf("poll %v: heartbeat %v, want %v", tc.poll, got, tc.want)
+		}
+	}
+}

@@ -30,10 +30,11 @@ type registryConfig struct {
 
 // RegistryHeartbeat is how often the instance beats: one statement, which
 // also reads the paused queues, so a pause is seen within it (at once with
-// ListenNotify). Default: the broker's poll interval. Bound: at least 10ms.
+// ListenNotify). Default: the broker's poll interval, and at least
+// minHeartbeat (10ms). Bound: at least 10ms.
 func RegistryHeartbeat(d time.Duration) RegistryOption {
 	return func(c *registryConfig) error {
-		if d < 10*time.Millisecond {
+		if d < minHeartbeat {
 			return fmt.Errorf("inbox: %w: RegistryHeartbeat(%v); give at least 10ms, or leave the option out for the broker's poll interval", ErrInvalid, d)
 		}
 		c.heartbeat = d
@@ -53,6 +54,9 @@ func RegistryKeep(d time.Duration) RegistryOption {
 		return nil
 	}
 }
+
+// minHeartbeat is RegistryHeartbeat's bound, and the floor of its default.
+const minHeartbeat = 10 * time.Millisecond
 
 // DefaultRegistryKeep is RegistryKeep's default.
 const DefaultRegistryKeep = 24 * time.Hour
@@ -81,7 +85,9 @@ const (
 // warning, runs unregistered and unpaused, and tries again every minute.
 // Call Register before Run.
 func (s *Service) Register(opts ...RegistryOption) error {
-	cfg := registryConfig{heartbeat: s.broker.poll, keep: DefaultRegistryKeep}
+	// The default keeps the option's bound: a broker polling every
+	// millisecond must not write a heartbeat as often.
+	cfg := registryConfig{heartbeat: max(s.broker.poll, minHeartbeat), keep: DefaultRegistryKeep}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return err

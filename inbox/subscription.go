@@ -61,8 +61,10 @@ func Timeout(d time.Duration) SubOption {
 // Observe calls f after each row is settled: for metrics, and for tests
 // that wait on handlings instead of on time. It is called from the worker
 // that handled the row, or, for a lease ack, from the goroutine that sent
-// the ack's statement, or, for a row given back at a stop, from Run. f must
-// be quick and safe for concurrent use: a slow f holds up the acks that
+// the ack's statement, or, for a row given back at a stop, from Run; a
+// spare row (claimed beyond the free workers) given back at a pause or
+// near its lease's end, or found lost before it started, is reported from
+// the worker about to take it or from Run. f must be quick and safe for concurrent use: a slow f holds up the acks that
 // follow. It must not wait on the subscription itself (WaitIdle, say): the
 // subscription is not idle until f has returned. Default: none. Bound: nil
 // is none.
@@ -201,7 +203,7 @@ type Stats struct {
 	Parked   int64
 	Snoozed  int64
 	Lost     int64 // rows whose lease or hold was lost while in work
-	Released int64 // rows given back unstarted (at shutdown; a claim's spare rows also at a pause)
+	Released int64 // rows given back unstarted (at shutdown; a claim's spare rows also at a pause, or when one waited two thirds of its lease)
 	Failed   int64 // settlements that failed (the row comes back after its lease)
 }
 

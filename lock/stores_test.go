@@ -261,6 +261,7 @@ func TestUnreachableStoreFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer s.Close()
 	l := locker(t, s, "down")
 	db.Close()
 	h, ok, err := l.Take(ctx, "k", lock.Wait(time.Second))
@@ -284,11 +285,14 @@ func TestPostgresSharedListener(t *testing.T) {
 	defer cancel()
 	hub := notify.NewHub()
 	listener := notify.NewListener(db, hub, nil)
-	go listener.Run(ctx)
+	listened := make(chan struct{})
+	go func() { defer close(listened); listener.Run(ctx) }()
+	defer func() { cancel(); <-listened }()
 	waiterStore, err := lock.NewSQL(ctx, db, lock.SQLListener(listener, hub))
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer waiterStore.Close()
 	select {
 	case <-listener.Ready():
 	case <-ctx.Done():

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 	"github.com/sqlinbox/sqlinbox/migrations"
 	"github.com/sqlinbox/sqlinbox/schedule"
@@ -39,7 +41,8 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(helperEnv); spec != "" {
 		os.Exit(helper(spec))
 	}
-	os.Exit(m.Run())
+	// A goroutine the package started that outlives its tests fails the run.
+	goleak.VerifyTestMain(m)
 }
 
 // helper runs instance name on database url (spec is "name url") and

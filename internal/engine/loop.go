@@ -263,7 +263,7 @@ func (l *loop) onResult(ctx context.Context, r claimResult) {
 	}
 	for i, j := range r.jobs {
 		if l.stopping {
-			l.e.release(j)
+			l.e.release(context.Background(), j)
 			if i < n {
 				l.free++
 			}

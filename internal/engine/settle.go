@@ -137,9 +137,10 @@ func (e *Engine) settleFailed(j *claim.Job, what string, err error) Outcome {
 	return Failed
 }
 
-// release gives back a row claimed at the stop, unstarted.
-func (e *Engine) release(j *claim.Job) {
-	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+// release gives back a row unstarted (at the stop, or a spare row that may
+// not start), within parent.
+func (e *Engine) release(parent context.Context, j *claim.Job) {
+	ctx, cancel := context.WithTimeout(parent, settleTimeout)
 	defer cancel()
 	if err := j.Release(ctx); err != nil {
 		e.log.Warn("inbox: could not give back an unstarted row; it waits out its lease", "table", e.cfg.Table, "id", j.ID, "err", err)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -91,41 +92,57 @@ func (s *spare) close() []task {
 	return ts
 }
 
-// pop takes the oldest spare row that may start now. One that may not is
-// settled here: given back when its queue is paused or its lease nears its
-// end (a third of it left: its extension would be due), told lost when the
-// connection holding it ended.
-func (w *workers) pop() (task, bool) {
+// pop takes the oldest spare row that may start now, and returns beside it
+// the rows before it that may not (see startable). The caller settles those
+// (putBack) once its own finished job is settled, so their statements never
+// hold up that job's ack.
+func (w *workers) pop() (next task, skipped []task, ok bool) {
 	for {
 		t, ok := w.spare.take()
 		if !ok {
-			return task{}, false
+			return task{}, skipped, false
 		}
 		if w.e.startable(t) {
-			return t, true
+			return t, skipped, true
 		}
+		skipped = append(skipped, t)
 	}
 }
 
-// startable reports whether a spare row may start, and settles it when not.
+// startable reports whether a spare row may start: its hold is not lost,
+// its queue is not paused, and its lease is not near its end (a third of
+// it left: its extension would be due).
 func (e *Engine) startable(t task) bool {
-	j := t.j
-	if h, ok := j.Settler.(claim.Holder); ok && h.Hold().Err() != nil {
-		e.settleHandling(&handling{j: j, lost: true, ev: Event{Subscription: e.cfg.Name, ID: j.ID,
-			Attempt: max(j.Attempts, 1), Start: e.cfg.Clock.Now(), Err: ErrHoldLost}})
-		e.stats.lost.Add(1)
+	if h, ok := t.j.Settler.(claim.Holder); ok && h.Hold().Err() != nil {
 		return false
 	}
 	if e.cfg.Paused != nil && e.cfg.Paused() {
-		e.release(j)
 		return false
 	}
-	if e.traits.HoldExpires && !j.Lease.IsZero() && !e.cfg.Clock.Now().Before(t.at.Add(e.every)) {
-		e.log.Warn("inbox: a row claimed beyond the free workers waited for one until its lease neared its end; given back unstarted", "table", e.cfg.Table, "id", j.ID, "waited", e.cfg.Clock.Now().Sub(t.at))
-		e.release(j)
-		return false
+	return !e.late(t)
+}
+
+// late reports whether a spare row's lease is near its end.
+func (e *Engine) late(t task) bool {
+	return e.traits.HoldExpires && !t.j.Lease.IsZero() && !e.cfg.Clock.Now().Before(t.at.Add(e.every))
+}
+
+// putBack settles spare rows that may not start: told lost when the
+// connection holding one ended, given back otherwise.
+func (e *Engine) putBack(ts []task) {
+	for _, t := range ts {
+		j := t.j
+		if h, ok := j.Settler.(claim.Holder); ok && h.Hold().Err() != nil {
+			e.settleHandling(&handling{j: j, lost: true, ev: Event{Subscription: e.cfg.Name, ID: j.ID,
+				Attempt: max(j.Attempts, 1), Start: e.cfg.Clock.Now(), Err: ErrHoldLost}})
+			e.stats.lost.Add(1)
+			continue
+		}
+		if e.late(t) {
+			e.log.Warn("inbox: a row claimed beyond the free workers waited for one until its lease neared its end; given back unstarted", "table", e.cfg.Table, "id", j.ID, "waited", e.cfg.Clock.Now().Sub(t.at))
+		}
+		e.release(context.Background(), j)
 	}
-	return true
 }
 
 // spares says whether the loop may claim beyond its free workers: the form
@@ -158,7 +175,8 @@ func (l *loop) extra(k int) int {
 // startSpare hands spare rows to workers the loop counts free.
 func (l *loop) startSpare() {
 	for l.free > 0 {
-		t, ok := l.w.pop()
+		t, skipped, ok := l.w.pop()
+		l.e.putBack(skipped)
 		if !ok {
 			return
 		}
@@ -167,9 +185,21 @@ func (l *loop) startSpare() {
 	}
 }
 
-// releaseSpare gives back, at the stop, every spare row not started.
+// releaseSpare gives back, at the stop, every spare row not started, all
+// within the shutdown timeout: on a database that stalls, the rows not
+// given back by then wait out their leases instead of holding up the stop.
 func (l *loop) releaseSpare() {
-	for _, t := range l.w.spare.close() {
-		l.e.release(t.j)
+	ts := l.w.spare.close()
+	if len(ts) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.e.cfg.Shutdown)
+	defer cancel()
+	for i, t := range ts {
+		if ctx.Err() != nil {
+			l.e.log.Warn("inbox: rows claimed beyond the free workers not given back within the shutdown timeout; they wait out their leases", "table", l.e.cfg.Table, "rows", len(ts)-i, "timeout", l.e.cfg.Shutdown)
+			return
+		}
+		l.e.release(ctx, t.j)
 	}
 }

@@ -101,7 +101,10 @@ func (w *workers) run(t task) {
 		w.handled.Add(1)
 		// A spare row is taken before the worker counts free: it stays
 		// busy, and the loop hears of it only once the spare rows are gone.
-		next, more := w.pop()
+		next, skipped, more := w.pop()
+		if len(skipped) > 0 {
+			w.settling.Add(1) // the loop is not idle before they are settled
+		}
 		if !more {
 			w.freed.Add(1)
 			if left := w.handling.Add(-1); w.kickEach || left == w.firstFree || left == w.halfFree || left == 0 {
@@ -109,6 +112,12 @@ func (w *workers) run(t task) {
 			}
 		}
 		w.settle(h)
+		if len(skipped) > 0 {
+			w.e.putBack(skipped)
+			if w.settling.Add(-1) == 0 || w.kickEach {
+				poke(w.kick)
+			}
+		}
 		if more {
 			t = next
 			continue

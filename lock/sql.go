@@ -44,7 +44,7 @@ type SQL struct {
 	stop func()
 	done sync.WaitGroup
 
-	acquire, nearest, extend, release, releaseKeep, sweepSQL string
+	stmts dialect.LockSQL
 }
 
 // NewSQL returns a store over the user's pool, checking that the lock table
@@ -71,15 +71,13 @@ func NewSQL(ctx context.Context, db *sql.DB, opts ...SQLOption) (*SQL, error) {
 	}
 	s := &SQL{
 		db: db, d: d, clock: clock.OrHost(o.clock), log: o.logger, sweep: o.sweep,
-		acquire: d.LockAcquire(), nearest: d.LockNearest(), extend: d.LockExtend(), release: d.LockRelease(),
-		sweepSQL: d.LockSweep(),
+		stmts: d.Lock(),
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
 	switch {
 	case d.Kind == dialect.SQLite:
 		s.hub = notify.Default
-		s.releaseKeep = d.LockReleaseKeep()
 		s.files = startFileWakes(ctx, db, s.hub, s.log)
 	case o.listener != nil:
 		s.hub = o.hub
@@ -137,11 +135,8 @@ func (s *SQL) sweeper(ctx context.Context) {
 func (s *SQL) Sweep(ctx context.Context) (int64, error) {
 	var total int64
 	for {
-		var args []any
-		if s.d.Kind == dialect.SQLite {
-			args = append(args, s.clock.Now().UnixMilli())
-		}
-		res, err := s.db.ExecContext(ctx, s.sweepSQL, args...)
+		q := s.stmts.Sweep.Call(s.clock.Now())
+		res, err := s.db.ExecContext(ctx, q.SQL, q.Args...)
 		if err != nil {
 			return total, fmt.Errorf("lock: sweep %s: %w", dialect.LockTable, err)
 		}
@@ -161,18 +156,20 @@ func (s *SQL) Acquire(ctx context.Context, k Key, secret string, ttl time.Durati
 	if s.d.Kind == dialect.Postgres {
 		return s.acquirePostgres(ctx, k, secret, ttl, maxHolders)
 	}
-	now := s.clock.Now().UnixMilli()
-	ms := max(ttl.Milliseconds(), 1)
+	now := s.clock.Now()
+	ttl = time.Duration(max(ttl.Milliseconds(), 1)) * time.Millisecond
 	var slot, fence int64
-	err := s.db.QueryRowContext(ctx, s.acquire, k.Namespace, k.Name, secret, now, ms, maxHolders).Scan(&slot, &fence)
+	q := s.stmts.Acquire.Call(k.Namespace, k.Name, secret, now, ttl, maxHolders, 0)
+	err := s.db.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&slot, &fence)
 	if err == nil {
-		return Grant{Acquired: true, Slot: int(slot), Fence: fence, TTL: time.Duration(ms) * time.Millisecond}, nil
+		return Grant{Acquired: true, Slot: int(slot), Fence: fence, TTL: ttl}, nil
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
 		return Grant{}, err
 	}
 	var left sql.NullInt64
-	if err := s.db.QueryRowContext(ctx, s.nearest, k.Namespace, k.Name, now, maxHolders).Scan(&left); err != nil {
+	q = s.stmts.Nearest.Call(k.Namespace, k.Name, now, maxHolders)
+	if err := s.db.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&left); err != nil {
 		return Grant{}, err
 	}
 	if !left.Valid {
@@ -195,8 +192,8 @@ func (s *SQL) acquirePostgres(ctx context.Context, k Key, secret string, ttl tim
 	for race := 0; ; race++ {
 		var slot, fence, expiry sql.NullInt64
 		var sawFree bool
-		err := s.db.QueryRowContext(ctx, s.acquire, k.Namespace, k.Name, secret, ttl.Microseconds(), maxHolders, from).
-			Scan(&slot, &fence, &sawFree, &expiry)
+		q := s.stmts.Acquire.Call(k.Namespace, k.Name, secret, time.Time{}, ttl, maxHolders, from)
+		err := s.db.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&slot, &fence, &sawFree, &expiry)
 		if err != nil {
 			return Grant{}, err
 		}
@@ -222,13 +219,14 @@ const pgRaceRetries = 64
 
 // Extend implements Store.
 func (s *SQL) Extend(ctx context.Context, k Key, slot int, secret string, ttl time.Duration) (Grant, error) {
-	args := []any{k.Namespace, k.Name, slot, secret, ttl.Microseconds()}
+	var now time.Time
 	if s.d.Kind == dialect.SQLite {
 		ttl = time.Duration(max(ttl.Milliseconds(), 1)) * time.Millisecond
-		args = []any{k.Namespace, k.Name, slot, secret, ttl.Milliseconds(), s.clock.Now().UnixMilli()}
+		now = s.clock.Now()
 	}
 	var fence int64
-	err := s.db.QueryRowContext(ctx, s.extend, args...).Scan(&fence)
+	q := s.stmts.Extend.Call(k.Namespace, k.Name, slot, secret, now, ttl)
+	err := s.db.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&fence)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Grant{}, nil
 	}
@@ -240,14 +238,14 @@ func (s *SQL) Extend(ctx context.Context, k Key, slot int, secret string, ttl ti
 
 // Release implements Store.
 func (s *SQL) Release(ctx context.Context, k Key, slot int, secret string) (bool, error) {
-	last := any(k.WakeKey())
+	var now time.Time
 	if s.d.Kind == dialect.SQLite {
-		last = s.clock.Now().UnixMilli()
+		now = s.clock.Now()
 	}
-	freed, err := s.exec(ctx, s.release, k.Namespace, k.Name, slot, secret, last)
-	if err == nil && !freed && s.releaseKeep != "" {
+	freed, err := s.exec(ctx, s.stmts.Release.Call(k.Namespace, k.Name, slot, secret, k.WakeKey(), now))
+	if err == nil && !freed && s.stmts.ReleaseKeep.SQL() != "" {
 		// The row of the table's greatest fence stays, freed.
-		freed, err = s.exec(ctx, s.releaseKeep, k.Namespace, k.Name, slot, secret, last)
+		freed, err = s.exec(ctx, s.stmts.ReleaseKeep.Call(k.Namespace, k.Name, slot, secret, k.WakeKey(), now))
 	}
 	if err != nil {
 		return false, err
@@ -265,8 +263,8 @@ func (s *SQL) Release(ctx context.Context, k Key, slot int, secret string) (bool
 }
 
 // exec runs a statement that returns a row when it changed one.
-func (s *SQL) exec(ctx context.Context, query string, args ...any) (bool, error) {
-	rows, err := s.db.QueryContext(ctx, query, args...)
+func (s *SQL) exec(ctx context.Context, q dialect.Call) (bool, error) {
+	rows, err := s.db.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return false, err
 	}

@@ -68,3 +68,10 @@ func checkCalls(t *testing.T, where string, stmts any) {
 		}
 	}
 }
+
+// The lock store's statements likewise.
+func TestLockCallsMatchTheirParameters(t *testing.T) {
+	for _, kind := range []Kind{SQLite, Postgres} {
+		checkCalls(t, kind.String(), Of(kind).Lock())
+	}
+}

@@ -41,19 +41,56 @@ const LockChannel = "sqlinbox_locks"
 // sweep never holds SQLite's write lock, or many row locks, for long.
 const LockSweepBatch = 1000
 
-// LockAcquire takes a free place in one statement.
-//
-// Postgres: $1 namespace, $2 name, $3 secret, $4 ttl in microseconds, $5 max
-// holders, $6 the slot to look from (the lowest free slot from $6 up, else
-// the lowest below it: 0 asks for the lowest free slot); one row: slot and
-// fence (NULL when not taken), whether a free place was seen (a race lost
-// when it was and none was taken), and the microseconds until the nearest
-// live holder's expiry (NULL when none).
-//
-// SQLite: $1 namespace, $2 name, $3 secret, $4 now in Unix ms, $5 ttl in ms,
-// $6 max holders; a row of slot and fence when taken, none otherwise (then
-// ask LockNearest).
-func (d *Dialect) LockAcquire() string {
+// LockSQL is every statement of the lock store, written once for one
+// engine. Each is a type whose Call takes its parameters by name and type
+// (lockargs.go); the placeholders are the order of each Call.
+type LockSQL struct {
+	// Acquire takes a free place in one statement. Postgres: one row of
+	// slot and fence (NULL when not taken), whether a free place was seen
+	// (a race lost when it was and none was taken), and the microseconds
+	// until the nearest live holder's expiry (NULL when none). SQLite: a
+	// row of slot and fence when taken, none otherwise (then ask Nearest).
+	Acquire LockAcquireSQL
+	// Nearest (SQLite; "" on Postgres) answers the milliseconds until the
+	// nearest live holder's expiry, NULL when none.
+	Nearest LockNearestSQL
+	// Extend makes a live place last ttl from now; it returns the fence,
+	// no row when the place is not live with that secret.
+	Extend LockExtendSQL
+	// Release frees a live place; it returns a row when it freed one.
+	// Postgres: it deletes the row and notifies LockChannel with the wake
+	// key, delivered at commit. SQLite: it deletes the row unless it holds
+	// the table's greatest fence (see ReleaseKeep).
+	Release LockReleaseSQL
+	// ReleaseKeep (SQLite; "" on Postgres) frees a live place keeping its
+	// row, for the one row Release keeps: the table's greatest fence.
+	ReleaseKeep LockReleaseSQL
+	// Sweep deletes up to LockSweepBatch rows of holds that have ended;
+	// run it again while it deletes a full batch. Concurrent sweeps skip
+	// each other's rows (Postgres); SQLite keeps the row of the table's
+	// greatest fence.
+	Sweep LockSweepSQL
+}
+
+// Lock writes the lock store's statements.
+func (d *Dialect) Lock() LockSQL {
+	x := func(sql string) text { return text{sql: sql, kind: d.Kind} }
+	s := LockSQL{
+		Acquire: LockAcquireSQL{x(d.lockAcquire())},
+		Extend:  LockExtendSQL{x(d.lockExtend())},
+		Release: LockReleaseSQL{x(d.lockRelease())},
+		Sweep:   LockSweepSQL{x(d.lockSweep())},
+	}
+	if d.Kind == SQLite {
+		s.Nearest = LockNearestSQL{x(d.lockNearest())}
+		s.ReleaseKeep = LockReleaseSQL{x(d.lockReleaseKeep())}
+	}
+	return s
+}
+
+// lockAcquire (see LockSQL.Acquire): on Postgres it looks for the lowest
+// free slot from the slot given up, else the lowest below it.
+func (d *Dialect) lockAcquire() string {
 	if d.Kind == Postgres {
 		return `WITH name_lock AS (
     SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(1) || $2, ` + strconv.FormatInt(lockNameSeed, 10) + `))
@@ -94,20 +131,14 @@ ON CONFLICT (namespace, name, slot) DO UPDATE
 RETURNING slot, fence`)
 }
 
-// LockNearest (SQLite) answers the milliseconds until the nearest live
-// holder's expiry, NULL when none: $1 namespace, $2 name, $3 now in Unix ms,
-// $4 max holders.
-func (d *Dialect) LockNearest() string {
+// lockNearest: see LockSQL.Nearest.
+func (d *Dialect) lockNearest() string {
 	return d.Rebind(`SELECT MIN(expires_at) - $3 FROM ` + LockTable + `
 WHERE namespace = $1 AND name = $2 AND slot >= 0 AND slot < $4 AND expires_at > $3`)
 }
 
-// LockExtend makes a live place last ttl from now; it returns the fence, no
-// row when the place is not live with that secret.
-//
-// Postgres: $1 namespace, $2 name, $3 slot, $4 secret, $5 ttl in µs.
-// SQLite: the same and $6 now in Unix ms, $5 ttl in ms.
-func (d *Dialect) LockExtend() string {
+// lockExtend: see LockSQL.Extend.
+func (d *Dialect) lockExtend() string {
 	if d.Kind == Postgres {
 		return `UPDATE ` + LockTable + ` SET expires_at = now() + $5::bigint * interval '1 microsecond'
 WHERE namespace = $1 AND name = $2 AND slot = $3 AND token = $4 AND expires_at > now()
@@ -118,16 +149,8 @@ WHERE namespace = $1 AND name = $2 AND slot = $3 AND token = $4 AND expires_at >
 RETURNING fence`)
 }
 
-// LockRelease frees a live place; it returns a row when it freed one.
-//
-// Postgres: it deletes the row and notifies LockChannel with the wake key,
-// delivered at commit. $1 namespace, $2 name, $3 slot, $4 secret, $5 wake
-// key.
-//
-// SQLite: it deletes the row unless it holds the table's greatest fence (see
-// LockReleaseKeep). $1 namespace, $2 name, $3 slot, $4 secret, $5 now in
-// Unix ms.
-func (d *Dialect) LockRelease() string {
+// lockRelease: see LockSQL.Release.
+func (d *Dialect) lockRelease() string {
 	if d.Kind == Postgres {
 		return `WITH freed AS (
     DELETE FROM ` + LockTable + `
@@ -142,21 +165,15 @@ WHERE namespace = $1 AND name = $2 AND slot = $3 AND token = $4 AND expires_at >
 RETURNING 1`)
 }
 
-// LockReleaseKeep (SQLite) frees a live place keeping its row, for the one
-// row LockRelease keeps: the table's greatest fence. Same parameters.
-func (d *Dialect) LockReleaseKeep() string {
+// lockReleaseKeep: see LockSQL.ReleaseKeep.
+func (d *Dialect) lockReleaseKeep() string {
 	return d.Rebind(`UPDATE ` + LockTable + ` SET token = '', expires_at = 0
 WHERE namespace = $1 AND name = $2 AND slot = $3 AND token = $4 AND expires_at > $5
 RETURNING 1`)
 }
 
-// LockSweep deletes up to LockSweepBatch rows of holds that have ended; run
-// it again while it deletes a full batch. Concurrent sweeps skip each
-// other's rows (Postgres); SQLite keeps the row of the table's greatest
-// fence.
-//
-// Postgres: no parameters. SQLite: $1 now in Unix ms.
-func (d *Dialect) LockSweep() string {
+// lockSweep: see LockSQL.Sweep.
+func (d *Dialect) lockSweep() string {
 	if d.Kind == Postgres {
 		return `DELETE FROM ` + LockTable + ` WHERE ctid IN (
     SELECT ctid FROM ` + LockTable + ` WHERE expires_at <= now()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
 
 // member is one instance in a moment's membership.
@@ -86,9 +87,11 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 	// Leave even when ctx is already done: a row left behind would keep
 	// this instance in every membership until its heartbeat expires.
 	leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ttl)
-	_, leaveErr := s.db.ExecContext(leaveCtx, s.sql.Leave, s.name)
+	q := s.sql.Leave.Call(s.name)
+	_, leaveErr := s.db.ExecContext(leaveCtx, q.SQL, q.Args...)
 	if leaveErr == nil {
-		_, leaveErr = s.db.ExecContext(leaveCtx, s.sql.Unhold, s.name, s.token)
+		q = s.sql.Unhold.Call(s.name, s.token)
+		_, leaveErr = s.db.ExecContext(leaveCtx, q.SQL, q.Args...)
 	}
 	cancel()
 	if leaveErr != nil {
@@ -142,7 +145,8 @@ func (s *Scheduler) holdName(ctx context.Context) error {
 			return err
 		}
 		var until any
-		switch rerr := s.db.QueryRowContext(ctx, s.sql.HoldUntil, s.name).Scan(&until); {
+		q := s.sql.HoldUntil.Call(s.name)
+		switch rerr := s.db.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&until); {
 		case errors.Is(rerr, sql.ErrNoRows):
 			continue // released meanwhile
 		case rerr != nil:
@@ -162,7 +166,8 @@ func (s *Scheduler) holdName(ctx context.Context) error {
 // hold takes or renews this scheduler's hold on its instance name.
 func (s *Scheduler) hold(ctx context.Context) error {
 	now := s.clk.Now()
-	res, err := s.db.ExecContext(ctx, s.sql.Hold, s.name, s.token, s.times.Arg(now, s.ttl), s.times.Arg(now, 0))
+	q := s.sql.Hold.Call(s.name, s.token, now, s.ttl)
+	res, err := s.db.ExecContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return fmt.Errorf("hold the instance name: %w", err)
 	}
@@ -184,8 +189,8 @@ func (s *Scheduler) beatOnce(ctx context.Context) error {
 	}
 	now := s.clk.Now()
 	for _, e := range s.entries {
-		args := append([]any{e.name, s.name, e.runners(), s.times.Arg(now, s.ttl)}, s.beatArgs(e, now)...)
-		if _, err := s.db.ExecContext(ctx, s.sql.Beat, args...); err != nil {
+		q := s.beatCall(e, now)
+		if _, err := s.db.ExecContext(ctx, q.SQL, q.Args...); err != nil {
 			return fmt.Errorf("schedule %q: %w", e.name, err)
 		}
 	}
@@ -216,16 +221,16 @@ func (s *Scheduler) heartbeats(ctx context.Context) {
 		}
 		now := s.clk.Now()
 		keep := -MomentRetention * s.ttl
-		if _, err := s.db.ExecContext(bctx, s.sql.PruneMoments, s.times.Arg(now, keep)); err != nil {
+		if _, err := s.exec(bctx, s.sql.PruneMoments.Call(now, keep)); err != nil {
 			s.log.Warn("schedule: prune old moments failed", "instance", s.name, "error", err)
 		}
-		if _, err := s.db.ExecContext(bctx, s.sql.PruneShares, now.Add(keep).UnixMilli()); err != nil {
+		if _, err := s.exec(bctx, s.sql.PruneShares.Call(now.Add(keep))); err != nil {
 			s.log.Warn("schedule: prune old shares failed", "instance", s.name, "error", err)
 		}
-		if _, err := s.db.ExecContext(bctx, s.sql.PruneBeats, s.times.Arg(now, keep)); err != nil {
+		if _, err := s.exec(bctx, s.sql.PruneBeats.Call(now, keep)); err != nil {
 			s.log.Warn("schedule: prune expired heartbeats failed", "instance", s.name, "error", err)
 		}
-		if _, err := s.db.ExecContext(bctx, s.sql.PruneHolds, s.times.Arg(now, keep)); err != nil {
+		if _, err := s.exec(bctx, s.sql.PruneHolds.Call(now, keep)); err != nil {
 			s.log.Warn("schedule: prune expired instance holds failed", "instance", s.name, "error", err)
 		}
 		cancel()
@@ -290,7 +295,7 @@ func (s *Scheduler) fire(ctx context.Context, e *entry, at time.Time) error {
 		return err
 	}
 	if skip {
-		if _, err := s.db.ExecContext(sctx, s.sql.Skip, e.name, at.UnixMilli(), s.name); err != nil {
+		if _, err := s.exec(sctx, s.sql.Skip.Call(e.name, at, s.name)); err != nil {
 			return fmt.Errorf("skip this instance's shares: %w", err)
 		}
 		s.log.Info("schedule: previous run still busy; moment skipped on this instance",
@@ -298,7 +303,7 @@ func (s *Scheduler) fire(ctx context.Context, e *entry, at time.Time) error {
 		return nil
 	}
 	token := randomToken()
-	runs, err := s.claim(sctx, e, at, s.sql.TakeDealt, s.name, token, s.times.Arg(s.clk.Now(), s.lease), e.name, at.UnixMilli())
+	runs, err := s.claim(sctx, e, at, s.sql.TakeDealt.Call(s.name, token, s.clk.Now(), s.lease, e.name, at))
 	if err != nil {
 		return fmt.Errorf("claim this instance's shares: %w", err)
 	}
@@ -327,7 +332,8 @@ func (s *Scheduler) deal(ctx context.Context, e *entry, at time.Time) error {
 		return fmt.Errorf("write moment: %w", err)
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, s.sql.Claim, e.name, s.times.Encode(at), s.name, string(text))
+	q := s.sql.Claim.Call(e.name, at, s.name, string(text))
+	res, err := tx.ExecContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return fmt.Errorf("write moment: %w", err)
 	}
@@ -381,7 +387,8 @@ func (s *Scheduler) shares(e *entry, at time.Time, members []member) []any {
 // members reads the live instances of e's schedule, ordered by name, with
 // this instance always in: it is alive, it is writing.
 func (s *Scheduler) members(ctx context.Context, e *entry) ([]member, error) {
-	rows, err := s.db.QueryContext(ctx, s.sql.Members, e.name, s.times.Arg(s.clk.Now(), 0))
+	q := s.sql.Members.Call(e.name, s.clk.Now())
+	rows, err := s.db.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return nil, err
 	}
@@ -410,10 +417,15 @@ func (s *Scheduler) members(ctx context.Context, e *entry) ([]member, error) {
 	return out, nil
 }
 
+// exec runs one statement on the pool.
+func (s *Scheduler) exec(ctx context.Context, q dialect.Call) (sql.Result, error) {
+	return s.db.ExecContext(ctx, q.SQL, q.Args...)
+}
+
 // claim runs TakeDealt or TakeOver and reads the shares it claimed as runs
 // of the moment at.
-func (s *Scheduler) claim(ctx context.Context, e *entry, at time.Time, stmt string, args ...any) ([]Run, error) {
-	rows, err := s.db.QueryContext(ctx, stmt, args...)
+func (s *Scheduler) claim(ctx context.Context, e *entry, at time.Time, q dialect.Call) ([]Run, error) {
+	rows, err := s.db.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/clock"
-	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
 
 // A moment's shares are rows that live instances claim with a lease, as an
@@ -118,12 +117,12 @@ func (s *Scheduler) call(ctx context.Context, e *entry, r Run) (err error) {
 func (s *Scheduler) finish(e *entry, r Run, token string, runErr error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
 	defer cancel()
-	var text any
+	var text string
 	if runErr != nil {
 		text = errorText(runErr)
 	}
-	if _, err := s.db.ExecContext(ctx, s.sql.Finish, s.times.Arg(s.clk.Now(), 0), text, e.name, r.FiredAt.UnixMilli(), r.Worker, token,
-		s.times.Encode(dialect.DoneLease)); err != nil {
+	q := s.sql.Finish.Call(s.clk.Now(), runErr != nil, text, e.name, r.FiredAt, r.Worker, token)
+	if _, err := s.db.ExecContext(ctx, q.SQL, q.Args...); err != nil {
 		s.log.Warn("schedule: could not mark a share done; another instance may run it again once its lease runs out",
 			"schedule", e.name, "instance", s.name, "fired_at", r.FiredAt, "worker", r.Worker, "error", err)
 	}
@@ -133,7 +132,8 @@ func (s *Scheduler) finish(e *entry, r Run, token string, runErr error) {
 func (s *Scheduler) release(e *entry, r Run, token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
 	defer cancel()
-	if _, err := s.db.ExecContext(ctx, s.sql.Release, s.times.Arg(s.clk.Now(), 0), e.name, r.FiredAt.UnixMilli(), r.Worker, token); err != nil {
+	q := s.sql.Release.Call(s.clk.Now(), e.name, r.FiredAt, r.Worker, token)
+	if _, err := s.db.ExecContext(ctx, q.SQL, q.Args...); err != nil {
 		s.log.Warn("schedule: could not hand a share back; another instance takes it once its lease runs out",
 			"schedule", e.name, "instance", s.name, "fired_at", r.FiredAt, "worker", r.Worker, "error", err)
 	}
@@ -172,7 +172,8 @@ func (s *Scheduler) renew(ctx context.Context, k shareKey) {
 	now := s.clk.Now()
 	rctx, cancel := context.WithTimeout(ctx, s.lease)
 	defer cancel()
-	res, err := s.db.ExecContext(rctx, s.sql.Renew, s.times.Arg(now, s.lease), k.schedule, k.moment, k.worker, h.token)
+	q := s.sql.Renew.Call(now, s.lease, k.schedule, time.UnixMilli(k.moment), k.worker, h.token)
+	res, err := s.db.ExecContext(rctx, q.SQL, q.Args...)
 	var n int64
 	if err == nil {
 		n, err = res.RowsAffected()
@@ -229,7 +230,8 @@ type orphan struct {
 // statements.
 func (s *Scheduler) sweep(loopCtx, ctx context.Context) error {
 	now := s.clk.Now()
-	rows, err := s.db.QueryContext(ctx, s.sql.Orphans, s.times.Arg(now, 0), s.times.Arg(now, -s.ttl))
+	q := s.sql.Orphans.Call(now, s.ttl)
+	rows, err := s.db.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return err
 	}
@@ -260,8 +262,7 @@ func (s *Scheduler) sweep(loopCtx, ctx context.Context) error {
 		}
 		at := time.UnixMilli(o.moment).In(e.loc)
 		token := randomToken()
-		runs, err := s.claim(ctx, e, at, s.sql.TakeOver, s.name, token, s.times.Arg(s.clk.Now(), s.lease),
-			o.schedule, o.moment, o.worker, s.times.Arg(s.clk.Now(), 0))
+		runs, err := s.claim(ctx, e, at, s.sql.TakeOver.Call(s.name, token, s.clk.Now(), s.lease, o.schedule, at, o.worker))
 		if err != nil {
 			return fmt.Errorf("take over share %d of schedule %q at %v: %w", o.worker, o.schedule, at, err)
 		}

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
 
 // MaxErrorText is how many bytes of a failed run's error are kept in the
@@ -33,20 +35,14 @@ func (t *tally) add(err error, now time.Time) {
 	}
 }
 
-// beatArgs are Beat's parameters after the first four: spec, placement,
-// next moment, runs, failures, the last error and its time.
-func (s *Scheduler) beatArgs(e *entry, now time.Time) []any {
-	var next any
-	if m := e.moments.next(now); !m.IsZero() {
-		next = s.times.Encode(m)
-	}
+// beatCall is the heartbeat of e's schedule at now, with what operators
+// read: spec, placement, next moment, runs, failures and the last error.
+func (s *Scheduler) beatCall(e *entry, now time.Time) dialect.Call {
+	next := e.moments.next(now)
 	e.tally.mu.Lock()
 	defer e.tally.mu.Unlock()
-	var lastErr, lastErrAt any
-	if !e.tally.lastErrAt.IsZero() {
-		lastErr, lastErrAt = e.tally.lastErr, s.times.Encode(e.tally.lastErrAt)
-	}
-	return []any{e.spec.String(), e.placement.String(), next, e.tally.runs, e.tally.failures, lastErr, lastErrAt}
+	return s.sql.Beat.Call(e.name, s.name, e.runners(), now, s.ttl, e.spec.String(), e.placement.String(), next,
+		e.tally.runs, e.tally.failures, e.tally.lastErr, e.tally.lastErrAt)
 }
 
 // errorText is err's text for the tables: at most MaxErrorText bytes, and

@@ -75,3 +75,13 @@ func TestLockCallsMatchTheirParameters(t *testing.T) {
 		checkCalls(t, kind.String(), Of(kind).Lock())
 	}
 }
+
+// The schedule package's statements likewise, for both clocks.
+func TestScheduleCallsMatchTheirParameters(t *testing.T) {
+	for _, kind := range []Kind{SQLite, Postgres} {
+		for _, inDB := range []bool{false, true} {
+			tm := Times{Kind: kind, Encoding: EncodingFor(kind, "DATETIME"), InDatabase: inDB}
+			checkCalls(t, fmt.Sprintf("%v, database clock %v", kind, inDB), Of(kind).Schedule(tm))
+		}
+	}
+}

@@ -3,7 +3,6 @@ package inbox
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -224,15 +223,8 @@ func keyedIDs[T any](d *dialect.Dialect, table string, s *shape, rows []T, got [
 
 // lookUpKeys reads the ids of the queued rows of keys.
 func lookUpKeys(d *dialect.Dialect, table string, s *shape, keys []string, query queryFunc) (map[string]int64, error) {
-	var arg any = keys
-	if d.Kind == dialect.SQLite {
-		b, err := json.Marshal(keys)
-		if err != nil {
-			return nil, err
-		}
-		arg = string(b)
-	}
-	r, err := query(d.ByKey(dialect.Quote(table), dialect.Quote(s.column(RoleID)), dialect.Quote(s.column(RoleKey))), arg)
+	q := d.ByKey(dialect.Quote(table), dialect.Quote(s.column(RoleID)), dialect.Quote(s.column(RoleKey))).Call(keys)
+	r, err := query(q.SQL, q.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: publish many to %q: look up queued keys: %w", table, err)
 	}

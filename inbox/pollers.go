@@ -22,8 +22,8 @@ func (b *Broker) poller(t iclaim.Table) *engine.Poller {
 	}
 	query := b.d.GroupsAvailable(t.Table, t.Times)
 	find := func(ctx context.Context, groups []string, floors []int64) ([]string, error) {
-		g, f := b.d.GroupsArgs(groups, floors)
-		rows, err := b.db.QueryContext(ctx, query, g, f, t.Times.Arg(b.clock.Now(), 0))
+		q := query.Call(groups, floors, b.clock.Now())
+		rows, err := b.db.QueryContext(ctx, q.SQL, q.Args...)
 		if err != nil {
 			return nil, fmt.Errorf("inbox: idle poll of %d groups of %q: %w", len(groups), t.Unquoted, err)
 		}

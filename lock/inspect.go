@@ -26,11 +26,8 @@ func Places(ctx context.Context, db *sql.DB) ([]Place, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock: %w", err)
 	}
-	var now any = time.Now()
-	if d.Kind == dialect.SQLite {
-		now = time.Now().UnixMilli()
-	}
-	rows, err := db.QueryContext(ctx, d.LockPlaces(), now)
+	q := d.LockPlaces().Call(time.Now())
+	rows, err := db.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("lock: list the held places of %s: %w (did migrations.ApplyLocks run?)", dialect.LockTable, err)
 	}

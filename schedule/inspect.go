@@ -92,7 +92,7 @@ func Inspect(ctx context.Context, db *sql.DB, limit int) (Status, error) {
 	q := d.ScheduleInspect()
 	var st Status
 	decode := func(v any) time.Time { at, _, _ := times.Decode(v); return at }
-	err = each(ctx, db, q.Beats, nil, func(scan func(...any) error) error {
+	err = each(ctx, db, q.Beats.Call(), func(scan func(...any) error) error {
 		var h Heartbeat
 		var exp, next, errAt any
 		err := scan(&h.Schedule, &h.Instance, &h.Runners, &exp, &h.Spec, &h.Placement, &next, &h.Runs, &h.Failures, &h.LastError, &errAt)
@@ -101,7 +101,7 @@ func Inspect(ctx context.Context, db *sql.DB, limit int) (Status, error) {
 		return err
 	})
 	if err == nil {
-		err = each(ctx, db, q.Moments, []any{limit}, func(scan func(...any) error) error {
+		err = each(ctx, db, q.Moments.Call(limit), func(scan func(...any) error) error {
 			var m Moment
 			var fired any
 			var members string
@@ -120,7 +120,7 @@ func Inspect(ctx context.Context, db *sql.DB, limit int) (Status, error) {
 		})
 	}
 	if err == nil {
-		err = each(ctx, db, q.Shares, []any{20 * limit}, func(scan func(...any) error) error {
+		err = each(ctx, db, q.Shares.Call(20*limit), func(scan func(...any) error) error {
 			var s Share
 			var moment int64
 			var until, done any
@@ -215,8 +215,8 @@ func or(a, b string) string {
 }
 
 // each runs query and calls row for each row it returns.
-func each(ctx context.Context, db *sql.DB, query string, args []any, row func(scan func(...any) error) error) error {
-	rows, err := db.QueryContext(ctx, query, args...)
+func each(ctx context.Context, db *sql.DB, q dialect.Call, row func(scan func(...any) error) error) error {
+	rows, err := db.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return err
 	}

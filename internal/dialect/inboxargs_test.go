@@ -85,3 +85,24 @@ func TestScheduleCallsMatchTheirParameters(t *testing.T) {
 		}
 	}
 }
+
+// And the statements of one each: operators' listings, the key look-up
+// and the idle poll of groups (with and without a priority column, both
+// clocks).
+func TestOtherCallsMatchTheirParameters(t *testing.T) {
+	for _, kind := range []Kind{SQLite, Postgres} {
+		d := Of(kind)
+		checkCalls(t, kind.String(), d.ScheduleInspect())
+		for _, inDB := range []bool{false, true} {
+			tm := Times{Kind: kind, Encoding: EncodingFor(kind, "DATETIME"), InDatabase: inDB}
+			group := Table{Name: `"t"`, ID: `"id"`, LockedUntil: `"locked_until"`, Group: `"grp"`}
+			priority := group
+			priority.Priority = `"priority"`
+			checkCalls(t, fmt.Sprintf("%v, database clock %v", kind, inDB), struct {
+				LockPlaces                  LockPlacesSQL
+				ByKey                       ByKeySQL
+				GroupsAvailable, ByPriority GroupsAvailableSQL
+			}{d.LockPlaces(), d.ByKey(`"t"`, `"id"`, `"key"`), d.GroupsAvailable(group, tm), d.GroupsAvailable(priority, tm)})
+		}
+	}
+}

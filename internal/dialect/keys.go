@@ -2,6 +2,7 @@ package dialect
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 )
 
@@ -37,11 +38,24 @@ AND (SELECT ii.name FROM pragma_index_info(il.name, ?3) AS ii) = ?2`
 	return n > 0, rows.Err()
 }
 
-// ByKey reads the ids of the rows whose key column holds one of keys: $1
-// the keys (a text[] on Postgres, a JSON array on SQLite). Returns id, key.
-func (d *Dialect) ByKey(table, id, key string) string {
-	if d.Kind == Postgres {
-		return fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s = ANY($1::text[])", id, key, table, key)
+// ByKeySQL reads the ids of the rows whose key column holds one of some
+// keys. Returns id, key.
+type ByKeySQL struct{ text }
+
+// Call reads the rows of keys (bound as a text[] on Postgres, a JSON array
+// on SQLite).
+func (s ByKeySQL) Call(keys []string) Call {
+	if s.kind == SQLite {
+		b, _ := json.Marshal(keys) // strings always marshal
+		return s.call(string(b))
 	}
-	return fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s IN (SELECT value FROM json_each(?1))", id, key, table, key)
+	return s.call(keys)
+}
+
+// ByKey writes ByKeySQL for table's id and key columns.
+func (d *Dialect) ByKey(table, id, key string) ByKeySQL {
+	if d.Kind == Postgres {
+		return ByKeySQL{text{kind: d.Kind, sql: fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s = ANY($1::text[])", id, key, table, key)}}
+	}
+	return ByKeySQL{text{kind: d.Kind, sql: fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s IN (SELECT value FROM json_each(?1))", id, key, table, key)}}
 }

@@ -44,7 +44,7 @@ type BeforeSQL struct{ text }
 // Call deletes the rows before before.
 func (s BeforeSQL) Call(before time.Time) Call { return s.call(before.UnixMilli()) }
 
-// PlainSQL is a registry statement without parameters.
+// PlainSQL is a statement without parameters.
 type PlainSQL struct{ text }
 
 // Call is the statement, with no arguments.

@@ -131,20 +131,19 @@ func (o *Operator) State(ctx context.Context, ref QueueRef) (QueueState, error) 
 		return QueueState{}, err
 	}
 	f := o.filter(ref)
-	where, args, err := o.b.d.Where(t, f)
+	count, err := o.b.d.CountStates(t, f)
 	if err != nil {
 		return QueueState{}, fmt.Errorf("inbox: table %q: %w", ref.Table, err)
 	}
-	q := o.b.d.CountStates(t, where, len(args)+1)
 	limit := o.CountLimit
 	if limit <= 0 {
 		limit = DefaultCountLimit
 	}
-	args = append(args, t.Times.Encode(f.Now), t.Times.Encode(f.Horizon), t.Times.Encode(dialect.Never), limit)
+	q := count.Call(f.Now, f.Horizon, limit)
 	var st QueueState
 	var oldest any
 	var scanned int64
-	if err := o.b.db.QueryRowContext(ctx, q, args...).Scan(&st.Available, &st.Held, &st.Delayed, &st.Parked, &oldest, &scanned); err != nil {
+	if err := o.b.db.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&st.Available, &st.Held, &st.Delayed, &st.Parked, &oldest, &scanned); err != nil {
 		return QueueState{}, fmt.Errorf("inbox: count rows of %q: %w", ref.Table, err)
 	}
 	st.Capped = scanned >= int64(limit)

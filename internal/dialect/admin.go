@@ -2,6 +2,7 @@ package dialect
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -109,12 +110,34 @@ func (d *Dialect) stateCond(t AdminTable, state string, f AdminFilter, arg func(
 	return "", fmt.Errorf("unknown state %q: use available, held, delayed or parked", state)
 }
 
-// CountStates counts the rows of the first limit rows in id order that
-// match where (which takes the parameters before $n, n = the next
-// parameter) by state, and finds the oldest available row's created_at (its
-// locked_until without one): available, held, delayed, parked, oldest,
-// scanned. $n now, $n+1 horizon, $n+2 never, $n+3 limit.
-func (d *Dialect) CountStates(t AdminTable, where string, n int) string {
+// CountStatesSQL counts the rows of the first limit rows in id order that
+// match a filter by state, and finds the oldest available row's created_at
+// (its locked_until without one): available, held, delayed, parked,
+// oldest, scanned.
+type CountStatesSQL struct {
+	text
+	where []any // the filter's parameters, which come first
+}
+
+// Call counts as of now, held rows being those below horizon, over at most
+// limit rows.
+func (s CountStatesSQL) Call(now, horizon time.Time, limit int) Call {
+	args := append(slices.Clip(s.where), s.tm.Encode(now), s.tm.Encode(horizon), s.tm.Encode(Never), limit)
+	return s.call(args...)
+}
+
+// CountStates writes CountStatesSQL for the rows of t that f selects.
+func (d *Dialect) CountStates(t AdminTable, f AdminFilter) (CountStatesSQL, error) {
+	where, args, err := d.Where(t, f)
+	if err != nil {
+		return CountStatesSQL{}, err
+	}
+	return CountStatesSQL{text{sql: d.countStates(t, where, len(args)+1), tm: t.Times, kind: d.Kind}, args}, nil
+}
+
+// countStates is CountStatesSQL's text; where's parameters come before
+// parameter n, then now, horizon, never and limit.
+func (d *Dialect) countStates(t AdminTable, where string, n int) string {
 	lu := t.LockedUntil
 	oldest := lu
 	if t.CreatedAt != "" {

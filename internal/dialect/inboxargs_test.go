@@ -106,3 +106,20 @@ func TestOtherCallsMatchTheirParameters(t *testing.T) {
 		}
 	}
 }
+
+// The operator's count by state, with and without a filter's parameters.
+func TestCountStatesCallMatchesItsParameters(t *testing.T) {
+	group := "g"
+	for _, kind := range []Kind{SQLite, Postgres} {
+		d := Of(kind)
+		tbl := AdminTable{Table: Table{Name: `"t"`, ID: `"id"`, LockedUntil: `"locked_until"`, Group: `"grp"`, LastError: `"last_error"`},
+			Times: Times{Kind: kind, Encoding: EncodingFor(kind, "DATETIME")}}
+		for _, f := range []AdminFilter{{}, {Group: &group, IDs: []int64{1, 2}, ErrorContains: "x", States: []string{StateParked}}} {
+			count, err := d.CountStates(tbl, f)
+			if err != nil {
+				t.Fatalf("%v: %v", kind, err)
+			}
+			checkCalls(t, fmt.Sprintf("%v, filter %+v", kind, f), struct{ CountStates CountStatesSQL }{count})
+		}
+	}
+}

@@ -1,10 +1,13 @@
 package benchkit
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,4 +93,53 @@ func TestDrainProcsChildDies(t *testing.T) {
 // exitAfterReady is a child that says ready and exits once told to go.
 func exitAfterReady() *exec.Cmd {
 	return exec.Command("sh", "-c", "echo ready; read go; exit 3")
+}
+
+// A child reports every slowTick until the parent says "near", then every
+// fastTick, so the reports cost little while the clock's end stays sharp.
+func TestChildReportsFasterNearTheEnd(t *testing.T) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	served := make(chan error, 1)
+	go func() { served <- ServeChild(context.Background(), inR, outW, &fakeChild{rows: 1 << 20}) }()
+	lines := bufio.NewScanner(outR)
+	if !lines.Scan() || lines.Text() != "ready" {
+		t.Fatalf("child said %q, want ready", lines.Text())
+	}
+	reports := make(chan struct{}, 10000)
+	go func() {
+		for lines.Scan() {
+			if strings.HasPrefix(lines.Text(), "acked ") {
+				reports <- struct{}{}
+			}
+		}
+	}()
+	// How long the next n reports take to come.
+	take := func(n int) time.Duration {
+		for len(reports) > 0 {
+			<-reports
+		}
+		start := time.Now()
+		for range n {
+			<-reports
+		}
+		return time.Since(start)
+	}
+	if _, err := io.WriteString(inW, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	slow := take(10)
+	if _, err := io.WriteString(inW, "near\n"); err != nil {
+		t.Fatal(err)
+	}
+	fast := take(10)
+	t.Logf("10 reports took %v before near, %v after", slow, fast)
+	if slow < 8*slowTick || fast*3 > slow {
+		t.Errorf("10 reports took %v before near, %v after; want about %v and %v", slow, fast, 10*slowTick, 10*fastTick)
+	}
+	inW.Close()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	outW.Close()
 }

@@ -27,7 +27,12 @@ type task struct {
 //
 // A worker is free once its handler returns; the row's settlement (the
 // ack, mostly) goes on beside the next handler, at most as many in flight
-// as there are workers, so no worker waits on a commit.
+// as there are workers, so no worker waits on a commit. Acks handed to the
+// form (claim.AsyncAcker) cost no goroutine and may be claimBatch more:
+// they are what an ack statement groups, and with no more in flight than
+// workers a process of few workers sent few rows a statement (8 processes
+// x 25 workers, lease, Postgres: 22 rows an ack statement and 0.057
+// commits a job, against 0.025 commits a job with claimBatch more).
 //
 // Workers count what they freed and what is settling, and kick the loop
 // when it has something to decide: with one claim in flight in a form whose
@@ -48,7 +53,8 @@ type workers struct {
 	tasks    chan task // closed when the loop ends
 	handlers sync.WaitGroup
 	acking   sync.WaitGroup // acks sent without a waiter, not yet answered
-	slots    chan struct{}  // settlements in flight
+	slots    chan struct{}  // settlements in flight on worker goroutines
+	ackSlots chan struct{}  // acks in flight without a waiter (see workers)
 
 	freed, settling, handling atomic.Int64
 	handled                   atomic.Int64 // handlers returned, for the loop's rate
@@ -65,7 +71,7 @@ type workers struct {
 
 func newWorkers(e *Engine, ctx context.Context) *workers {
 	n := e.cfg.Workers
-	w := &workers{e: e, tasks: make(chan task), slots: make(chan struct{}, n), kick: make(chan struct{}, 1),
+	w := &workers{e: e, tasks: make(chan task), slots: make(chan struct{}, n), ackSlots: make(chan struct{}, n+claimBatch), kick: make(chan struct{}, 1),
 		firstFree: int64(n - 1), halfFree: int64(n - (n+1)/2)}
 	w.ctx, w.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	w.spare.done = ctx.Done()
@@ -96,7 +102,11 @@ func (w *workers) run(t task) {
 		// row is dropped now, so a job still in work does not keep its
 		// claim-mates' rows (and payloads) alive.
 		t.j.Value = nil
-		w.slots <- struct{}{}
+		slot := w.slots
+		if h.async() {
+			slot = w.ackSlots
+		}
+		slot <- struct{}{}
 		w.settling.Add(1)
 		w.handled.Add(1)
 		// A spare row is taken before the worker counts free: it stays
@@ -111,7 +121,7 @@ func (w *workers) run(t task) {
 				poke(w.kick)
 			}
 		}
-		w.settle(h)
+		w.settle(h, slot)
 		if len(skipped) > 0 {
 			w.e.putBack(skipped)
 			if w.settling.Add(-1) == 0 || w.kickEach {
@@ -126,23 +136,24 @@ func (w *workers) run(t task) {
 	}
 }
 
-// settle hands a handled job's ack to the form, or settles it here.
-func (w *workers) settle(h handling) {
-	if a, async := h.j.Settler.(claim.AsyncAcker); async && h.err == nil && !h.lost {
+// settle hands a handled job's ack to the form, or settles it here; slot
+// is the one its settlement took.
+func (w *workers) settle(h handling, slot chan struct{}) {
+	if h.async() {
 		w.acking.Add(1)
 		aw := w.waits.Get().(*ackWait)
 		aw.h = h
-		a.AckAsync(aw.done)
+		h.j.Settler.(claim.AsyncAcker).AckAsync(aw.done)
 		return
 	}
 	w.e.settleHandling(&h)
-	w.endSettlement()
+	w.endSettlement(slot)
 }
 
 // endSettlement frees a settlement's slot and tells the loop where it
 // decides.
-func (w *workers) endSettlement() {
-	<-w.slots
+func (w *workers) endSettlement(slot chan struct{}) {
+	<-slot
 	if w.settling.Add(-1) == 0 || w.kickEach {
 		poke(w.kick)
 	}
@@ -186,7 +197,7 @@ func newAckWait(w *workers) *ackWait {
 	aw := &ackWait{}
 	finish := func(err error) {
 		w.e.reportAck(&aw.h, err)
-		w.endSettlement()
+		w.endSettlement(w.ackSlots)
 		w.acking.Done()
 		aw.h = handling{}
 		w.waits.Put(aw)
@@ -201,6 +212,12 @@ func newAckWait(w *workers) *ackWait {
 		finish(err)
 	}
 	return aw
+}
+
+// async says the job is acked by its form without a waiter.
+func (h *handling) async() bool {
+	_, ok := h.j.Settler.(claim.AsyncAcker)
+	return ok && h.err == nil && !h.lost
 }
 
 // handling is what a worker keeps of one handled job until it is settled.

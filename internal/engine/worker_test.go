@@ -1,0 +1,119 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/internal/claim"
+)
+
+// endlessClaimer gives every claim all the rows it asks for, each acked by
+// heldAcks.
+type endlessClaimer struct {
+	claim.Claimer
+	acks   *heldAcks
+	nextID atomic.Int64
+}
+
+func (c *endlessClaimer) Traits() claim.Traits { return claim.Traits{} }
+func (c *endlessClaimer) Held() int            { return 0 }
+func (c *endlessClaimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
+	jobs := make([]*claim.Job, max)
+	for i := range jobs {
+		jobs[i] = &claim.Job{ID: c.nextID.Add(1), Attempts: 1, Settler: asyncAck{acks: c.acks}}
+	}
+	return jobs, nil
+}
+
+// heldAcks keeps every ack unanswered until released, and records the most
+// that were ever unanswered at once.
+type heldAcks struct {
+	mu      sync.Mutex
+	held    []func(error)
+	most    int
+	reached chan struct{} // closed when want acks are held
+	want    int
+	free    bool
+}
+
+func (h *heldAcks) add(done func(error)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.free {
+		go done(nil)
+		return
+	}
+	h.held = append(h.held, done)
+	h.most = max(h.most, len(h.held))
+	if len(h.held) == h.want {
+		close(h.reached)
+	}
+}
+
+func (h *heldAcks) release() {
+	h.mu.Lock()
+	held := h.held
+	h.held, h.free = nil, true
+	h.mu.Unlock()
+	for _, done := range held {
+		done(nil)
+	}
+}
+
+type asyncAck struct {
+	claim.Settler
+	acks *heldAcks
+}
+
+func (a asyncAck) Ack(context.Context) error { return nil }
+func (a asyncAck) AckAsync(done func(error)) { a.acks.add(done) }
+
+// Acks handed to the form without a waiter may be claimBatch more than the
+// workers (a process of few workers groups that many in an ack statement),
+// and no more: with every ack unanswered, two workers hand over 102 and
+// then wait, each with one more row handled.
+func TestAcksInFlightBeyondTheWorkers(t *testing.T) {
+	const workers = 2
+	bound := workers + claimBatch
+	acks := &heldAcks{reached: make(chan struct{}), want: bound}
+	var handled atomic.Int64
+	stalled := make(chan struct{})
+	clk := clock.Host{}
+	e := New(Config{Name: "test", Table: "jobs", Workers: workers, MaxAttempts: 25, Lease: time.Minute, Timeout: time.Minute,
+		Shutdown: 10 * time.Second, Poll: time.Hour, Conns: 4, Clock: clk, Log: slog.New(slog.DiscardHandler),
+		Claimer: &endlessClaimer{acks: acks}, Wakes: make(chan struct{}), Counters: &Counters{}, Idle: NewIdle(clk),
+		Callbacks: Callbacks{
+			Handle: func(context.Context, *claim.Job) error {
+				if handled.Add(1) == int64(bound+workers) {
+					close(stalled)
+				}
+				return nil
+			},
+			Prepare: func(*claim.Job) {}, Judge: func(error) (Verdict, time.Duration) { return Retry, 0 },
+			Observe: func(Event) {}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.Run(ctx); close(done) }()
+	for _, c := range []chan struct{}{acks.reached, stalled} {
+		select {
+		case <-c:
+		case <-time.After(30 * time.Second):
+			acks.mu.Lock()
+			t.Fatalf("within 30s: %d acks unanswered at most, %d rows handled; want %d and %d", acks.most, handled.Load(), bound, bound+workers)
+		}
+	}
+	acks.mu.Lock()
+	most := acks.most
+	acks.mu.Unlock()
+	if most != bound {
+		t.Errorf("%d acks were unanswered at once with %d workers, want %d", most, workers, bound)
+	}
+	acks.release()
+	cancel()
+	<-done
+}

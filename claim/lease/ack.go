@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/internal/claim"
@@ -77,14 +78,34 @@ func (a *acker) flush(batch []dialect.Fenced, errs []error) {
 		errs[0] = execFenced(ctx, e, "ack", r.ID, e.SQL.Ack.Call(r.ID, r.Lease))
 		return
 	}
+	// The batch statement tells which ids it deleted, not on which lease:
+	// a second ack of one id (a stale holder's, beside the one that
+	// reclaimed the row) goes alone, fenced on its own lease.
+	many, alone := batch, []int(nil)
+	seen := make(map[int64]bool, len(batch))
+	for i, r := range batch {
+		if seen[r.ID] {
+			if alone == nil {
+				many = slices.Clone(batch[:i])
+			}
+			alone = append(alone, i)
+			continue
+		}
+		seen[r.ID] = true
+		if alone != nil {
+			many = append(many, r)
+		}
+	}
 	var deleted map[int64]bool
 	err := e.Writer.Lock(ctx)
 	if err == nil {
-		deleted, err = a.deleteMany(ctx, batch)
+		deleted, err = a.deleteMany(ctx, many)
 		e.Writer.Unlock()
 	}
 	for i, r := range batch {
 		switch {
+		case slices.Contains(alone, i):
+			errs[i] = execFenced(ctx, e, "ack", r.ID, e.SQL.Ack.Call(r.ID, r.Lease))
 		case err != nil:
 			errs[i] = fmt.Errorf("ack row %d of %q: %w", r.ID, e.Table.Unquoted, err)
 		case !deleted[r.ID]:

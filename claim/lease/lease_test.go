@@ -3,6 +3,8 @@ package lease
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -144,5 +146,56 @@ func TestForgetStopsCountingInWork(t *testing.T) {
 	}
 	if n := inWork(); n != 0 {
 		t.Fatalf("in work after the other's ack: %d, want 0", n)
+	}
+}
+
+// Two acks of one row in one batch, the first by a holder whose lease ran
+// out and the row reclaimed: the batch deletes the row for the holder of
+// the lease that stands, and tells the stale one its row was lost.
+func TestStaleAckInOneBatchIsLost(t *testing.T) {
+	for name, url := range map[string]func(testing.TB) string{"sqlite": testdb.SQLite, "postgres": testdb.Postgres} {
+		for _, staleFirst := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/stale_first=%v", name, staleFirst), func(t *testing.T) {
+				clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+				c, db := newClaimer(t, url(t), clk, 2)
+				ctx := context.Background()
+				first, err := c.Claim(ctx, 2)
+				if err != nil || len(first) != 2 {
+					t.Fatalf("claimed %d, %v; want 2", len(first), err)
+				}
+				clk.Advance(2 * time.Hour) // both leases run out
+				again, err := c.Claim(ctx, 1)
+				if err != nil || len(again) != 1 || again[0].ID != first[0].ID {
+					t.Fatalf("claimed again %v, %v; want row %d", again, err, first[0].ID)
+				}
+				stale := dialect.Fenced{ID: first[0].ID, Lease: first[0].Lease}
+				current := dialect.Fenced{ID: again[0].ID, Lease: again[0].Lease}
+				other := dialect.Fenced{ID: first[1].ID, Lease: first[1].Lease} // its lease ran out too
+				batch, s, cur := []dialect.Fenced{stale, current, other}, 0, 1
+				if !staleFirst {
+					batch, s, cur = []dialect.Fenced{current, stale, other}, 1, 0
+				}
+				errs := make([]error, len(batch))
+				c.acks.flush(batch, errs)
+				if !errors.Is(errs[s], claim.ErrLost) {
+					t.Errorf("the stale ack returned %v, want ErrLost", errs[s])
+				}
+				if errs[cur] != nil {
+					t.Errorf("the current ack returned %v, want nil", errs[cur])
+				}
+				// No claim took the other row again, so its lease, though
+				// run out, still stands.
+				if errs[2] != nil {
+					t.Errorf("the other row's ack returned %v, want nil", errs[2])
+				}
+				var left int
+				if err := db.QueryRow("SELECT count(*) FROM jobs").Scan(&left); err != nil {
+					t.Fatal(err)
+				}
+				if left != 0 {
+					t.Errorf("%d rows left, want 0", left)
+				}
+			})
+		}
 	}
 }

@@ -70,8 +70,9 @@ type asyncAck struct {
 	acks *heldAcks
 }
 
-func (a asyncAck) Ack(context.Context) error { return nil }
-func (a asyncAck) AckAsync(done func(error)) { a.acks.add(done) }
+func (a asyncAck) Ack(context.Context) error     { return nil }
+func (a asyncAck) Release(context.Context) error { return nil } // rows a claim brings after the stop
+func (a asyncAck) AckAsync(done func(error))     { a.acks.add(done) }
 
 // Acks handed to the form without a waiter may be claimBatch more than the
 // workers (a process of few workers groups that many in an ack statement),

@@ -28,11 +28,12 @@ type task struct {
 // A worker is free once its handler returns; the row's settlement (the
 // ack, mostly) goes on beside the next handler, at most as many in flight
 // as there are workers, so no worker waits on a commit. Acks handed to the
-// form (claim.AsyncAcker) cost no goroutine and may be claimBatch more:
-// they are what an ack statement groups, and with no more in flight than
-// workers a process of few workers sent few rows a statement (8 processes
-// x 25 workers, lease, Postgres: 22 rows an ack statement and 0.057
-// commits a job, against 0.025 commits a job with claimBatch more).
+// form (claim.AsyncAcker) hold no goroutine (but while a failed one is
+// sent again) and have slots of their own, as many again as the spare rows
+// a claim may bring (ackRoom): they are what an ack statement groups, and
+// with no more in flight than workers a process of few workers sent few
+// rows a statement (8 processes x 25 workers, lease, Postgres: 22 rows an
+// ack statement and 0.055 commits a job, against 0.025 with the room).
 //
 // Workers count what they freed and what is settling, and kick the loop
 // when it has something to decide: with one claim in flight in a form whose
@@ -71,7 +72,7 @@ type workers struct {
 
 func newWorkers(e *Engine, ctx context.Context) *workers {
 	n := e.cfg.Workers
-	w := &workers{e: e, tasks: make(chan task), slots: make(chan struct{}, n), ackSlots: make(chan struct{}, n+claimBatch), kick: make(chan struct{}, 1),
+	w := &workers{e: e, tasks: make(chan task), slots: make(chan struct{}, n), ackSlots: make(chan struct{}, n+ackRoom(n)), kick: make(chan struct{}, 1),
 		firstFree: int64(n - 1), halfFree: int64(n - (n+1)/2)}
 	w.ctx, w.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	w.spare.done = ctx.Done()
@@ -102,11 +103,12 @@ func (w *workers) run(t task) {
 		// row is dropped now, so a job still in work does not keep its
 		// claim-mates' rows (and payloads) alive.
 		t.j.Value = nil
-		slot := w.slots
-		if h.async() {
-			slot = w.ackSlots
+		async := h.async()
+		if async {
+			w.ackSlots <- struct{}{}
+		} else {
+			w.slots <- struct{}{}
 		}
-		slot <- struct{}{}
 		w.settling.Add(1)
 		w.handled.Add(1)
 		// A spare row is taken before the worker counts free: it stays
@@ -121,7 +123,7 @@ func (w *workers) run(t task) {
 				poke(w.kick)
 			}
 		}
-		w.settle(h, slot)
+		w.settle(h, async)
 		if len(skipped) > 0 {
 			w.e.putBack(skipped)
 			if w.settling.Add(-1) == 0 || w.kickEach {
@@ -136,10 +138,10 @@ func (w *workers) run(t task) {
 	}
 }
 
-// settle hands a handled job's ack to the form, or settles it here; slot
-// is the one its settlement took.
-func (w *workers) settle(h handling, slot chan struct{}) {
-	if h.async() {
+// settle hands a handled job's ack to the form (async, its slot one of
+// ackSlots), or settles it here (its slot one of slots).
+func (w *workers) settle(h handling, async bool) {
+	if async {
 		w.acking.Add(1)
 		aw := w.waits.Get().(*ackWait)
 		aw.h = h
@@ -147,7 +149,7 @@ func (w *workers) settle(h handling, slot chan struct{}) {
 		return
 	}
 	w.e.settleHandling(&h)
-	w.endSettlement(slot)
+	w.endSettlement(w.slots)
 }
 
 // endSettlement frees a settlement's slot and tells the loop where it
@@ -213,6 +215,13 @@ func newAckWait(w *workers) *ackWait {
 	}
 	return aw
 }
+
+// ackRoom is how many acks beyond its n workers a subscription may have
+// handed to its form unanswered: as many as the spare rows a claim may
+// bring (spare.go), so a process of few workers fills an ack statement as
+// one of many does, and one of a single worker runs at most 5 jobs ahead
+// of its committed acks.
+func ackRoom(n int) int { return min(claimBatch, spareFactor*n) }
 
 // async says the job is acked by its form without a waiter.
 func (h *handling) async() bool {

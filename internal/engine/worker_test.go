@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -30,8 +31,9 @@ func (c *endlessClaimer) Claim(ctx context.Context, max int) ([]*claim.Job, erro
 	return jobs, nil
 }
 
-// heldAcks keeps every ack unanswered until released, and records the most
-// that were ever unanswered at once.
+// heldAcks keeps every ack unanswered until released (or answers each
+// with fail, when set), and records the most that were ever unanswered at
+// once.
 type heldAcks struct {
 	mu      sync.Mutex
 	held    []func(error)
@@ -39,13 +41,14 @@ type heldAcks struct {
 	reached chan struct{} // closed when want acks are held
 	want    int
 	free    bool
+	fail    error
 }
 
 func (h *heldAcks) add(done func(error)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.free {
-		go done(nil)
+	if h.free || h.fail != nil {
+		go done(h.fail)
 		return
 	}
 	h.held = append(h.held, done)
@@ -65,6 +68,12 @@ func (h *heldAcks) release() {
 	}
 }
 
+func (h *heldAcks) mostHeld() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.most
+}
+
 type asyncAck struct {
 	claim.Settler
 	acks *heldAcks
@@ -74,47 +83,74 @@ func (a asyncAck) Ack(context.Context) error     { return nil }
 func (a asyncAck) Release(context.Context) error { return nil } // rows a claim brings after the stop
 func (a asyncAck) AckAsync(done func(error))     { a.acks.add(done) }
 
-// Acks handed to the form without a waiter may be claimBatch more than the
-// workers (a process of few workers groups that many in an ack statement),
-// and no more: with every ack unanswered, two workers hand over 102 and
-// then wait, each with one more row handled.
-func TestAcksInFlightBeyondTheWorkers(t *testing.T) {
-	const workers = 2
-	bound := workers + claimBatch
-	acks := &heldAcks{reached: make(chan struct{}), want: bound}
-	var handled atomic.Int64
-	stalled := make(chan struct{})
+// runEndless runs an engine of the given workers over endless rows acked
+// by acks, counting handlings into handled (and calling each, when set,
+// with the count), until the test ends.
+func runEndless(t *testing.T, workers int, acks *heldAcks, handled *atomic.Int64, each func(int64), unreachable func(error) bool, observe func(Event)) {
 	clk := clock.Host{}
 	e := New(Config{Name: "test", Table: "jobs", Workers: workers, MaxAttempts: 25, Lease: time.Minute, Timeout: time.Minute,
 		Shutdown: 10 * time.Second, Poll: time.Hour, Conns: 4, Clock: clk, Log: slog.New(slog.DiscardHandler),
 		Claimer: &endlessClaimer{acks: acks}, Wakes: make(chan struct{}), Counters: &Counters{}, Idle: NewIdle(clk),
 		Callbacks: Callbacks{
 			Handle: func(context.Context, *claim.Job) error {
-				if handled.Add(1) == int64(bound+workers) {
-					close(stalled)
+				if n := handled.Add(1); each != nil {
+					each(n)
 				}
 				return nil
 			},
 			Prepare: func(*claim.Job) {}, Judge: func(error) (Verdict, time.Duration) { return Retry, 0 },
-			Observe: func(Event) {}}})
+			Observe: observe, Unreachable: unreachable}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { e.Run(ctx); close(done) }()
+	t.Cleanup(func() { acks.release(); cancel(); <-done })
+}
+
+// Acks handed to the form without a waiter may be ackRoom more than the
+// workers (a process of few workers groups that many in an ack statement),
+// and no more: with every ack unanswered, two workers hand over 10 and
+// then wait, each with one more row handled.
+func TestAcksInFlightBeyondTheWorkers(t *testing.T) {
+	const workers = 2
+	bound := workers + ackRoom(workers)
+	acks := &heldAcks{reached: make(chan struct{}), want: bound}
+	var handled atomic.Int64
+	stalled := make(chan struct{})
+	runEndless(t, workers, acks, &handled, func(n int64) {
+		if n == int64(bound+workers) {
+			close(stalled)
+		}
+	}, func(error) bool { return false }, func(Event) {})
 	for _, c := range []chan struct{}{acks.reached, stalled} {
 		select {
 		case <-c:
 		case <-time.After(30 * time.Second):
-			acks.mu.Lock()
-			t.Fatalf("within 30s: %d acks unanswered at most, %d rows handled; want %d and %d", acks.most, handled.Load(), bound, bound+workers)
+			t.Fatalf("within 30s: %d acks unanswered at most, %d rows handled; want %d and %d", acks.mostHeld(), handled.Load(), bound, bound+workers)
 		}
 	}
-	acks.mu.Lock()
-	most := acks.most
-	acks.mu.Unlock()
-	if most != bound {
+	if most := acks.mostHeld(); most != bound {
 		t.Errorf("%d acks were unanswered at once with %d workers, want %d", most, workers, bound)
 	}
-	acks.release()
-	cancel()
-	<-done
+}
+
+// An ack the form answers with a dead connection is sent again (here it
+// goes through) and gives its slot back: the subscription goes on past
+// many times its slots, every row reported acked.
+func TestAcksSentAgainGiveTheirSlotsBack(t *testing.T) {
+	const workers = 2
+	dead := errors.New("FATAL: terminating connection due to administrator command (SQLSTATE 57P01)")
+	acks := &heldAcks{reached: make(chan struct{}), want: -1, fail: dead}
+	var handled, acked atomic.Int64
+	want := int64(20 * (workers + ackRoom(workers)))
+	enough := make(chan struct{})
+	runEndless(t, workers, acks, &handled, nil, func(err error) bool { return errors.Is(err, dead) }, func(ev Event) {
+		if ev.Outcome == Acked && acked.Add(1) == want {
+			close(enough)
+		}
+	})
+	select {
+	case <-enough:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("within 30s: %d rows handled, %d reported acked; want %d acked", handled.Load(), acked.Load(), want)
+	}
 }

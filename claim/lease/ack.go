@@ -45,6 +45,7 @@ const ackTimeout = 30 * time.Second
 type acker struct {
 	c      *claimer
 	commit *groupcommit.Committer[dialect.Fenced]
+	seen   map[int64]bool // a flush's ids, kept between flushes (they run one at a time)
 }
 
 func newAcker(c *claimer) *acker {
@@ -82,16 +83,19 @@ func (a *acker) flush(batch []dialect.Fenced, errs []error) {
 	// a second ack of one id (a stale holder's, beside the one that
 	// reclaimed the row) goes alone, fenced on its own lease.
 	many, alone := batch, []int(nil)
-	seen := make(map[int64]bool, len(batch))
+	if a.seen == nil {
+		a.seen = make(map[int64]bool, len(batch))
+	}
+	clear(a.seen)
 	for i, r := range batch {
-		if seen[r.ID] {
+		if a.seen[r.ID] {
 			if alone == nil {
 				many = slices.Clone(batch[:i])
 			}
 			alone = append(alone, i)
 			continue
 		}
-		seen[r.ID] = true
+		a.seen[r.ID] = true
 		if alone != nil {
 			many = append(many, r)
 		}
@@ -104,7 +108,8 @@ func (a *acker) flush(batch []dialect.Fenced, errs []error) {
 	}
 	for i, r := range batch {
 		switch {
-		case slices.Contains(alone, i):
+		case len(alone) > 0 && alone[0] == i:
+			alone = alone[1:]
 			errs[i] = execFenced(ctx, e, "ack", r.ID, e.SQL.Ack.Call(r.ID, r.Lease))
 		case err != nil:
 			errs[i] = fmt.Errorf("ack row %d of %q: %w", r.ID, e.Table.Unquoted, err)

@@ -29,8 +29,8 @@ import (
 // table, lost.
 //
 // The reports are the harness's own load, and it grows with the children:
-// at fastTick throughout, eight children cost the drain they measured a
-// third of its rate (8x25 lease on Postgres, 200k rows, two runs each:
+// at fastTick throughout, eight children cost the drain they measured
+// about half its rate (8x25 lease on Postgres, 200k rows, two runs each:
 // 9,064 and 6,721 jobs/s reporting every 2 ms against 13,929 and 17,314
 // every 50 ms, 2x100 28.6-36.0k either way).
 
@@ -290,7 +290,7 @@ func waitAcked(ctx context.Context, cfg ProcsConfig, kids []*childProc, start ti
 			if n >= int64(cfg.Jobs) {
 				return time.Since(start), nil
 			}
-			if !near && float64(int64(cfg.Jobs)-n) <= nearEnd*float64(cfg.Jobs) {
+			if !near && nearing(cfg.Jobs, n, time.Since(start)) {
 				near = true
 				for _, k := range kids {
 					_, _ = io.WriteString(k.stdin, "near\n") // a child that exited is told by ended
@@ -307,6 +307,18 @@ func waitAcked(ctx context.Context, cfg ProcsConfig, kids []*childProc, start ti
 			return time.Since(start), ctx.Err()
 		}
 	}
+}
+
+// nearing says a drain of jobs rows with done acked after elapsed is near
+// its end: nearEnd of its rows left, or, at the rate so far, less than ten
+// slow reports' time (a short drain whose last rows would otherwise be
+// reported slowTick apart).
+func nearing(jobs int, done int64, elapsed time.Duration) bool {
+	left := int64(jobs) - done
+	if float64(left) <= nearEnd*float64(jobs) {
+		return true
+	}
+	return done > 0 && time.Duration(float64(elapsed)*float64(left)/float64(done)) < 10*slowTick
 }
 
 // fields parses "k=v k=v" into integers.

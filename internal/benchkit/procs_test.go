@@ -143,3 +143,23 @@ func TestChildReportsFasterNearTheEnd(t *testing.T) {
 	}
 	outW.Close()
 }
+
+// A drain is near its end at 5% of its rows left, or sooner when the rate so
+// far says the rest takes less than ten slow reports.
+func TestNearing(t *testing.T) {
+	for _, c := range []struct {
+		jobs    int
+		done    int64
+		elapsed time.Duration
+		want    bool
+	}{
+		{200000, 100000, 4 * time.Second, false},     // 4 s left
+		{200000, 190000, 8 * time.Second, true},      // 5% left
+		{20000, 10000, 100 * time.Millisecond, true}, // 100 ms left
+		{20000, 0, time.Second, false},               // no rate yet
+	} {
+		if got := nearing(c.jobs, c.done, c.elapsed); got != c.want {
+			t.Errorf("nearing(%d, %d, %v) = %v, want %v", c.jobs, c.done, c.elapsed, got, c.want)
+		}
+	}
+}

@@ -83,7 +83,8 @@ func newSettling(t *testing.T, s suite) *settling {
 // claimer makes a claimer of the form, as another instance would have.
 func (st *settling) claimer(t *testing.T) claim.Claimer {
 	t.Helper()
-	env := claim.Env{DB: st.db, Dialect: st.d, Table: st.tbl, SQL: st.d.Inbox(st.tbl.Table, st.tbl.Times), Clock: st.clk,
+	stmts := st.d.Inbox(st.tbl.Table, st.tbl.Times)
+	env := claim.Env{DB: st.db, Dialect: st.d, Table: st.tbl, SQL: &stmts, Clock: st.clk,
 		Lease: time.Hour, Rescan: time.Minute, Conns: 4}
 	c, err := st.s.form.New(env)
 	if err != nil {

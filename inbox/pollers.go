@@ -48,13 +48,14 @@ func (b *Broker) poller(t iclaim.Table) *engine.Poller {
 // inboxSQL returns the statements of table t, made once per table and
 // shared by its subscriptions (each group's made its own: 5.6 MB of 1000
 // idle group subscriptions' heap).
-func (b *Broker) inboxSQL(t iclaim.Table) dialect.InboxSQL {
+func (b *Broker) inboxSQL(t iclaim.Table) *dialect.InboxSQL {
 	key := fmt.Sprintf("%#v\x00%v", t.Table, t.Times)
 	if s, ok := b.sqls.Load(key); ok {
-		return s.(dialect.InboxSQL)
+		return s.(*dialect.InboxSQL)
 	}
-	s, _ := b.sqls.LoadOrStore(key, b.d.Inbox(t.Table, t.Times))
-	return s.(dialect.InboxSQL)
+	sql := b.d.Inbox(t.Table, t.Times)
+	s, _ := b.sqls.LoadOrStore(key, &sql)
+	return s.(*dialect.InboxSQL)
 }
 
 // Floor is the gated claimer's floor, for the idle poller (a claimer

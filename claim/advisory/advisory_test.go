@@ -37,7 +37,8 @@ func newClaimer(t *testing.T) (*claimer, *sql.DB) {
 		Times:    dialect.Times{Kind: dialect.Postgres, Encoding: dialect.Timestamptz},
 		New:      func(dest []any) (any, []any) { return nil, dest },
 	}
-	env := claim.Env{DB: db, Dialect: d, Table: tbl, SQL: d.Inbox(tbl.Table, tbl.Times), Clock: clock.Host{}, Conns: 3}
+	stmts := d.Inbox(tbl.Table, tbl.Times)
+	env := claim.Env{DB: db, Dialect: d, Table: tbl, SQL: &stmts, Clock: clock.Host{}, Conns: 3}
 	c, err := Form.New(env)
 	if err != nil {
 		t.Fatal(err)

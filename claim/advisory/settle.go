@@ -268,7 +268,7 @@ func (p *pin) ackMany(ctx context.Context, ids []int64) (deleted map[int64]bool,
 // trip. Each Sync ends an implicit transaction: the delete commits, its WAL
 // flushed, before the server reads the unlock; a failed delete rolls back
 // at its Sync and the unlock still runs.
-func pipelineAck(ctx context.Context, pc *pgconn.PgConn, q dialect.InboxSQL, class int32, ids []int64) (deleted map[int64]bool, err, uerr error) {
+func pipelineAck(ctx context.Context, pc *pgconn.PgConn, q *dialect.InboxSQL, class int32, ids []int64) (deleted map[int64]bool, err, uerr error) {
 	arr := idArray(ids)
 	pl := pc.StartPipeline(ctx)
 	pl.SendQueryParams(q.DeleteMany.SQL(), [][]byte{arr}, nil, nil, nil)

@@ -87,7 +87,8 @@ func newClaimer(t *testing.T, url string, clk clock.Clock, n int) (*claimer, *sq
 		Times:    dialect.Times{Kind: d.Kind, Encoding: dialect.EncodingFor(d.Kind, declared)},
 		New:      func(dest []any) (any, []any) { return nil, dest },
 	}
-	env := claim.Env{DB: db, Dialect: d, Table: tbl, SQL: d.Inbox(tbl.Table, tbl.Times), Clock: clk,
+	stmts := d.Inbox(tbl.Table, tbl.Times)
+	env := claim.Env{DB: db, Dialect: d, Table: tbl, SQL: &stmts, Clock: clk,
 		Lease: time.Hour, Rescan: time.Minute, Conns: 3}
 	c, err := Form.New(env)
 	if err != nil {

@@ -157,8 +157,10 @@ type Env struct {
 	Stmts   *dialect.Stmts
 	Dialect *dialect.Dialect
 	Table   Table
-	SQL     dialect.InboxSQL
-	Clock   clock.Clock
+	// SQL is shared by every subscription of the table: a copy in each
+	// claimer was 1.7 kB of an idle group subscription's heap.
+	SQL   *dialect.InboxSQL
+	Clock clock.Clock
 	// Group is the group claimed, nil for the whole table.
 	Group any
 	// Transactional: the subscription's handler runs in a transaction the

@@ -119,10 +119,7 @@ type loop struct {
 
 func newLoop(e *Engine, w *workers, ctx context.Context) *loop {
 	l := &loop{e: e, w: w, maxClaims: 1, free: e.cfg.Workers, results: make(chan claimResult, e.cfg.Workers+1),
-		claims: make(chan claimReq), ctxDone: ctx.Done(), gatherAll: e.cfg.Postgres,
-		coolTimer: time.NewTimer(time.Hour), gatherTimer: time.NewTimer(time.Hour)}
-	l.coolTimer.Stop()
-	l.gatherTimer.Stop()
+		claims: make(chan claimReq), ctxDone: ctx.Done(), gatherAll: e.cfg.Postgres}
 	if e.cfg.Postgres && e.traits.RowsPerClaim != 0 {
 		l.maxClaims = e.cfg.Conns
 	}
@@ -154,20 +151,27 @@ func (l *loop) run(ctx context.Context) {
 		if l.pollArmed {
 			pollC, pollAt = l.poll.C(), l.pollDue
 		}
+		// A blocked select holds a runtime record per channel it waits on
+		// (96 B each, on the heap): an idle loop waits on no channel that
+		// cannot deliver. Results come only for claims in flight.
+		results := l.results
+		if l.inflight == 0 {
+			results = nil
+		}
 		if l.parked {
 			poller = l.e.cfg.Poller
 		}
 		l.e.cfg.Idle.set(l.idle && !l.stopping && l.inflight == 0 && l.free == l.e.cfg.Workers && l.settling == 0 && l.w.spare.len() == 0, pollAt, poller, l.e.cfg.Wakes, l.parking.due)
 		select {
-		case r := <-l.results:
+		case r := <-results:
 			l.onResult(ctx, r)
 		case <-l.w.kick:
 			// The counts are read at the top of the loop.
 		case <-l.e.cfg.Wakes:
 			l.onWake()
-		case <-l.coolTimer.C:
+		case <-timerC(l.coolTimer):
 			l.cooling = false
-		case <-l.gatherTimer.C:
+		case <-timerC(l.gatherTimer):
 			l.gathering, l.gathered = false, true
 		case <-pollC:
 			l.onPoll()
@@ -184,9 +188,14 @@ func (l *loop) run(ctx context.Context) {
 func (l *loop) close() {
 	l.unpark()
 	close(l.claims)
-	l.poll.Stop()
-	l.coolTimer.Stop()
-	l.gatherTimer.Stop()
+	for _, t := range []*time.Timer{l.coolTimer, l.gatherTimer} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	if l.poll != nil {
+		l.poll.Stop()
+	}
 	l.cancelClaims()
 	if l.cut != nil {
 		l.cut.Stop()
@@ -205,7 +214,7 @@ func (l *loop) claimMore() {
 		if rows == 0 && extra == 0 && !l.gathered && (l.free*2 < e.cfg.Workers || l.gatherAll && l.backlog && l.free < e.cfg.Workers) {
 			if !l.gathering {
 				l.gathering = true
-				l.gatherTimer.Reset(claimGather)
+				resetTimer(&l.gatherTimer, claimGather)
 			}
 			return
 		}
@@ -362,8 +371,26 @@ func (l *loop) stop() {
 func (l *loop) cool() {
 	if wait := wakeCooldown - time.Since(l.lastShort); wait > 0 {
 		l.cooling = true
-		l.coolTimer.Reset(wait)
+		resetTimer(&l.coolTimer, wait)
 	}
+}
+
+// resetTimer arms *t for d, making it at its first use: an idle loop may
+// never arm its cooldown or gather, and each timer costs 200 B of heap.
+func resetTimer(t **time.Timer, d time.Duration) {
+	if *t == nil {
+		*t = time.NewTimer(d)
+		return
+	}
+	(*t).Reset(d)
+}
+
+// timerC is t's channel, nil (never ready) for a timer not made yet.
+func timerC(t *time.Timer) <-chan time.Time {
+	if t == nil {
+		return nil
+	}
+	return t.C
 }
 
 // idleWait waits for the next poll after a short claim: parked with the
@@ -374,7 +401,9 @@ func (l *loop) idleWait() {
 		return
 	}
 	if l.poll != nil {
+		// The poller polls for it: its own timer is dropped while parked.
 		l.poll.Stop()
+		l.poll = nil
 	}
 	l.pollArmed = false
 	l.parked = true

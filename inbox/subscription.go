@@ -3,7 +3,6 @@ package inbox
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"reflect"
 	"sync/atomic"
 	"time"
@@ -306,17 +305,16 @@ func (s *Subscription) start(ctx context.Context) (*engine.Engine, *notify.Waite
 			return nil, nil, err
 		}
 	}
-	log := s.b.log.With("subscription", s.cfg.name)
 	waiter := s.b.hub.Subscribe(s.table, s.group)
-	s.listen(ctx, log)
-	return engine.New(s.engineConfig(log, waiter.C())), waiter, nil
+	s.listen(ctx)
+	return engine.New(s.engineConfig(waiter.C())), waiter, nil
 }
 
 // listen waits until notifications of the table reach this process, so no
 // row written between the first claim and the LISTEN waits for a poll. A
 // listener that cannot connect does not hold the subscription up: the poll
 // is the floor.
-func (s *Subscription) listen(ctx context.Context, log *slog.Logger) {
+func (s *Subscription) listen(ctx context.Context) {
 	l := s.b.listener
 	if l == nil {
 		return
@@ -327,7 +325,7 @@ func (s *Subscription) listen(ctx context.Context, log *slog.Logger) {
 	select {
 	case <-l.Listening(s.table):
 	case <-t.C:
-		log.Warn("inbox: not listening for notifications yet; claiming on the poll meanwhile", "table", s.table, "waited", listenWait)
+		s.b.log.With("subscription", s.cfg.name).Warn("inbox: not listening for notifications yet; claiming on the poll meanwhile", "table", s.table, "waited", listenWait)
 	case <-ctx.Done():
 	}
 }
@@ -340,11 +338,11 @@ const settleTimeout = 30 * time.Second
 const listenWait = 5 * time.Second
 
 // engineConfig is what the engine needs of the subscription.
-func (s *Subscription) engineConfig(log *slog.Logger, wakes <-chan struct{}) engine.Config {
+func (s *Subscription) engineConfig(wakes <-chan struct{}) engine.Config {
 	c := engine.Config{Name: s.cfg.name, Table: s.table, Workers: s.cfg.workers, MaxAttempts: s.cfg.maxAttempts,
 		Counts: s.shape.column(RoleAttempts) != "", Backoff: s.cfg.backoff,
 		Lease: s.cfg.lease, Timeout: s.cfg.timeout, Shutdown: s.cfg.shutdown, Poll: s.b.poll,
-		Postgres: s.b.d.Kind == dialect.Postgres, Ordered: s.shape.column(RolePriority) != "", Conns: s.b.claimConns(), Clock: s.b.clock, Log: log,
+		Postgres: s.b.d.Kind == dialect.Postgres, Ordered: s.shape.column(RolePriority) != "", Conns: s.b.claimConns(), Clock: s.b.clock, Log: s.b.log,
 		Claimer: s.claimer, Wakes: wakes, Counters: &s.stats, Idle: s.idle, Poller: s.poller, Group: s.group}
 	c.Handle = func(ctx context.Context, j *iclaim.Job) error { return s.handle(ctx, j.Value) }
 	if s.handleJob != nil {

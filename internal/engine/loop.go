@@ -314,7 +314,7 @@ func (l *loop) onFailure(err error) {
 	e := l.e
 	l.failures++
 	if msg := err.Error(); !e.cfg.Unreachable(err) || msg != l.lastErr {
-		e.log.Error("inbox: claim failed; retrying with backoff", "table", e.cfg.Table, "err", err, "failures", l.failures)
+		e.logger().Error("inbox: claim failed; retrying with backoff", "table", e.cfg.Table, "err", err, "failures", l.failures)
 		l.lastErr = msg
 	}
 	if e.deadConn(err) && l.quick <= e.cfg.Conns {
@@ -334,7 +334,7 @@ func (l *loop) onFailure(err error) {
 // worked notes a claim that did not fail.
 func (l *loop) worked() {
 	if l.failures > 0 {
-		l.e.log.Info("inbox: claims work again", "table", l.e.cfg.Table)
+		l.e.logger().Info("inbox: claims work again", "table", l.e.cfg.Table)
 		l.failures, l.lastErr, l.quick, l.slow = 0, "", 0, 0
 	}
 }

@@ -102,7 +102,7 @@ func (e *Engine) settle(j *claim.Job, err error, lost bool) (Outcome, error) {
 			return e.settleFailed(j, "park", serr), serr
 		}
 		e.stats.parked.Add(1)
-		e.log.Warn("inbox: row parked", "table", e.cfg.Table, "id", j.ID, "attempts", attempt, "err", err)
+		e.logger().Warn("inbox: row parked", "table", e.cfg.Table, "id", j.ID, "attempts", attempt, "err", err)
 		return Parked, nil
 	case verdict == Retry:
 		delay = e.backoff(j.ID, attempt)
@@ -111,7 +111,7 @@ func (e *Engine) settle(j *claim.Job, err error, lost bool) (Outcome, error) {
 		return e.settleFailed(j, "retry", serr), serr
 	}
 	e.stats.retried.Add(1)
-	e.log.Debug("inbox: handler failed; row retried", "table", e.cfg.Table, "id", j.ID, "attempt", attempt, "delay", delay, "err", err)
+	e.logger().Debug("inbox: handler failed; row retried", "table", e.cfg.Table, "id", j.ID, "attempt", attempt, "delay", delay, "err", err)
 	return Retried, nil
 }
 
@@ -129,11 +129,11 @@ const MaxBackoff = 10 * time.Minute
 func (e *Engine) settleFailed(j *claim.Job, what string, err error) Outcome {
 	if errors.Is(err, claim.ErrLost) {
 		e.stats.lost.Add(1)
-		e.log.Warn("inbox: claim lost before "+what+" (its lease was taken over, or the connection holding it ended); the row is someone else's now and this outcome changes nothing", "table", e.cfg.Table, "id", j.ID, "err", err)
+		e.logger().Warn("inbox: claim lost before "+what+" (its lease was taken over, or the connection holding it ended); the row is someone else's now and this outcome changes nothing", "table", e.cfg.Table, "id", j.ID, "err", err)
 		return Lost
 	}
 	e.stats.failed.Add(1)
-	e.log.Error("inbox: "+what+" failed; the row comes back after its lease", "table", e.cfg.Table, "id", j.ID, "err", err)
+	e.logger().Error("inbox: "+what+" failed; the row comes back after its lease", "table", e.cfg.Table, "id", j.ID, "err", err)
 	return Failed
 }
 
@@ -143,7 +143,7 @@ func (e *Engine) release(parent context.Context, j *claim.Job) {
 	ctx, cancel := context.WithTimeout(parent, settleTimeout)
 	defer cancel()
 	if err := j.Release(ctx); err != nil {
-		e.log.Warn("inbox: could not give back an unstarted row; it waits out its lease", "table", e.cfg.Table, "id", j.ID, "err", err)
+		e.logger().Warn("inbox: could not give back an unstarted row; it waits out its lease", "table", e.cfg.Table, "id", j.ID, "err", err)
 		return
 	}
 	e.stats.released.Add(1)

@@ -139,7 +139,7 @@ func (e *Engine) putBack(ts []task) {
 			continue
 		}
 		if e.late(t) {
-			e.log.Warn("inbox: a row claimed beyond the free workers waited for one until its lease neared its end; given back unstarted", "table", e.cfg.Table, "id", j.ID, "waited", e.cfg.Clock.Now().Sub(t.at))
+			e.logger().Warn("inbox: a row claimed beyond the free workers waited for one until its lease neared its end; given back unstarted", "table", e.cfg.Table, "id", j.ID, "waited", e.cfg.Clock.Now().Sub(t.at))
 		}
 		e.release(context.Background(), j)
 	}
@@ -197,7 +197,7 @@ func (l *loop) releaseSpare() {
 	defer cancel()
 	for i, t := range ts {
 		if ctx.Err() != nil {
-			l.e.log.Warn("inbox: rows claimed beyond the free workers not given back within the shutdown timeout; they wait out their leases", "table", l.e.cfg.Table, "rows", len(ts)-i, "timeout", l.e.cfg.Shutdown)
+			l.e.logger().Warn("inbox: rows claimed beyond the free workers not given back within the shutdown timeout; they wait out their leases", "table", l.e.cfg.Table, "rows", len(ts)-i, "timeout", l.e.cfg.Shutdown)
 			return
 		}
 		l.e.release(ctx, t.j)

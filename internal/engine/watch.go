@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -38,7 +37,6 @@ const settleTimeout = 30 * time.Second
 // stopped when the handler returns, so a test sees just the timers in use.
 type watch struct {
 	e     *Engine
-	log   *slog.Logger
 	every time.Duration // the lease's extension period
 	keep  bool          // the timer outlives a job (the host's clock)
 
@@ -59,7 +57,7 @@ type watch struct {
 
 // newWatch returns a worker's watch.
 func (e *Engine) newWatch() *watch {
-	return &watch{e: e, log: e.log, every: e.every, keep: clock.OnHost(e.cfg.Clock), handled: true}
+	return &watch{e: e, every: e.every, keep: clock.OnHost(e.cfg.Clock), handled: true}
 }
 
 // begin watches the handler of j, started at now.
@@ -174,7 +172,7 @@ func (w *watch) extend(j *claim.Job, sent time.Time, done chan struct{}) {
 	case err != nil && !now.Before(w.expires):
 		w.loseLease("lease ran out while its extension failed", err)
 	case err != nil:
-		w.log.Warn("inbox: lease extension failed; trying again", "table", w.e.cfg.Table, "id", j.ID, "err", err)
+		w.e.logger().Warn("inbox: lease extension failed; trying again", "table", w.e.cfg.Table, "id", j.ID, "err", err)
 		if !timedOut {
 			w.extendAt = now.Add(w.every / 4)
 		}
@@ -192,7 +190,7 @@ func (w *watch) loseLease(why string, err error) {
 	w.lost = true
 	w.e.stats.lost.Add(1)
 	w.e.guard.overran(w.j.ID)
-	w.log.Warn("inbox: "+why+"; the handler is told and its outcome will change nothing", "table", w.e.cfg.Table, "id", w.j.ID, "err", err)
+	w.e.logger().Warn("inbox: "+why+"; the handler is told and its outcome will change nothing", "table", w.e.cfg.Table, "id", w.j.ID, "err", err)
 	w.cancel(ErrLeaseLost)
 }
 
@@ -208,7 +206,7 @@ func (w *watch) loseHold(j *claim.Job) {
 	w.lost = true
 	w.e.stats.lost.Add(1)
 	w.e.guard.overran(w.j.ID)
-	w.log.Warn("inbox: the connection holding the row ended; the handler is told and its outcome will change nothing", "table", w.e.cfg.Table, "id", w.j.ID)
+	w.e.logger().Warn("inbox: the connection holding the row ended; the handler is told and its outcome will change nothing", "table", w.e.cfg.Table, "id", w.j.ID)
 	w.cancel(ErrHoldLost)
 }
 

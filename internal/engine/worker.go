@@ -179,13 +179,13 @@ func (w *workers) shutdown() {
 	case <-deadline.C():
 	}
 	w.cancel(e.errShutdown())
-	e.log.Warn("inbox: handlers still running at the shutdown timeout; their contexts are cancelled", "timeout", e.cfg.Shutdown)
+	e.logger().Warn("inbox: handlers still running at the shutdown timeout; their contexts are cancelled", "timeout", e.cfg.Shutdown)
 	grace := time.NewTimer(e.cfg.Shutdown)
 	defer grace.Stop()
 	select {
 	case <-finished:
 	case <-grace.C:
-		e.log.Error("inbox: handlers ignore their cancelled context; Run returns without them", "timeout", e.cfg.Shutdown)
+		e.logger().Error("inbox: handlers ignore their cancelled context; Run returns without them", "timeout", e.cfg.Shutdown)
 	}
 }
 
@@ -284,7 +284,7 @@ func (e *Engine) call(ctx context.Context, j *claim.Job) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v", p)
-			e.log.Error("inbox: handler panicked; the row is retried", "id", j.ID, "panic", p, "stack", string(debug.Stack()))
+			e.logger().Error("inbox: handler panicked; the row is retried", "id", j.ID, "panic", p, "stack", string(debug.Stack()))
 		}
 	}()
 	return e.cfg.Handle(ctx, j)

@@ -16,7 +16,7 @@ type Idle struct {
 
 	mu   sync.Mutex
 	idle bool
-	now  chan struct{}   // closed when the loop next reports idle
+	now  chan struct{}   // closed when the loop next reports idle; made by Wait
 	poll time.Time       // when the armed poll fires; zero when none is armed
 	wake <-chan struct{} // the loop's wakes, pending ones unread
 	// While the loop is parked with a poller, the poller's next poll is
@@ -26,7 +26,7 @@ type Idle struct {
 }
 
 // NewIdle returns the idle state of a subscription on clk, not idle.
-func NewIdle(clk clock.Clock) *Idle { return &Idle{clock: clk, now: make(chan struct{})} }
+func NewIdle(clk clock.Clock) *Idle { return &Idle{clock: clk} }
 
 // set records whether the loop is idle, and what would make it claim: its
 // poll at poll, or the poller's next poll (when parked), or a wake on wake
@@ -37,9 +37,11 @@ func (s *Idle) set(idle bool, poll time.Time, poller *Poller, wake, due <-chan s
 	s.poll, s.wake, s.poller, s.due = poll, wake, poller, due
 	// Every idle report wakes Wait: a wake taken while the loop stayed
 	// idle (during a claim backoff) must not leave a waiter asleep.
-	if idle {
+	// Only a Wait makes the channel: tests wait, an idle subscription in
+	// production would keep one for nothing.
+	if idle && s.now != nil {
 		close(s.now)
-		s.now = make(chan struct{})
+		s.now = nil
 	}
 	s.idle = idle
 }
@@ -67,6 +69,9 @@ func (s *Idle) Wait(ctx context.Context) error {
 		if s.idle && (poll.IsZero() || s.clock.Now().Before(poll)) && len(s.wake) == 0 && len(s.due) == 0 {
 			s.mu.Unlock()
 			return nil
+		}
+		if s.now == nil {
+			s.now = make(chan struct{})
 		}
 		ch := s.now
 		s.mu.Unlock()

@@ -159,7 +159,7 @@ func (l *loop) run(ctx context.Context) {
 		// A blocked select holds a runtime record per channel it waits on
 		// (96 B each, on the heap): an idle loop waits on no channel that
 		// cannot deliver. Results come only for claims in flight.
-		results := l.results
+		results, kick := l.results, l.w.kick
 		if l.inflight == 0 {
 			results = nil
 		}
@@ -167,15 +167,16 @@ func (l *loop) run(ctx context.Context) {
 			poller = l.e.cfg.Poller
 		}
 		idle := l.idle && !l.stopping && l.inflight == 0 && l.free == l.e.cfg.Workers && l.settling == 0 && l.w.spare.len() == 0
-		if idle && l.claimCtx != nil {
-			l.cancelClaims()
-			l.claimCtx, l.cancelClaims = nil, nil
+		if idle {
+			// Nothing is in work or settling: no kick has news.
+			kick = nil
+			l.endClaims()
 		}
 		l.e.cfg.Idle.set(idle, pollAt, poller, l.e.cfg.Wakes, l.parking.due)
 		select {
 		case r := <-results:
 			l.onResult(ctx, r)
-		case <-l.w.kick:
+		case <-kick:
 			// The counts are read at the top of the loop.
 		case <-l.e.cfg.Wakes:
 			l.onWake()
@@ -211,6 +212,15 @@ func (l *loop) close() {
 	}
 	if l.cut != nil {
 		l.cut.Stop()
+	}
+}
+
+// endClaims ends the claims' context of a busy spell, if there is one;
+// none is in flight.
+func (l *loop) endClaims() {
+	if l.claimCtx != nil {
+		l.cancelClaims()
+		l.claimCtx, l.cancelClaims = nil, nil
 	}
 }
 

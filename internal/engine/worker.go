@@ -48,7 +48,11 @@ type task struct {
 type workers struct {
 	e *Engine
 
-	ctx    context.Context // handlers' own: it outlives Run's by the shutdown timeout
+	// ctx is the handlers' own: it outlives Run's (runCtx) by the shutdown
+	// timeout. The first worker goroutine makes it, so a subscription that
+	// handles nothing keeps none (0.1 kB of an idle one's heap).
+	runCtx context.Context
+	ctx    context.Context
 	cancel context.CancelCauseFunc
 
 	tasks    chan task // closed when the loop ends
@@ -73,8 +77,7 @@ type workers struct {
 func newWorkers(e *Engine, ctx context.Context) *workers {
 	n := e.cfg.Workers
 	w := &workers{e: e, tasks: make(chan task), slots: make(chan struct{}, n), ackSlots: make(chan struct{}, n+ackRoom(n)), kick: make(chan struct{}, 1),
-		firstFree: int64(n - 1), halfFree: int64(n - (n+1)/2)}
-	w.ctx, w.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+		firstFree: int64(n - 1), halfFree: int64(n - (n+1)/2), runCtx: ctx}
 	w.spare.done = ctx.Done()
 	w.waits.New = func() any { return newAckWait(w) }
 	return w
@@ -87,6 +90,9 @@ func (w *workers) dispatch(t task) {
 	select {
 	case w.tasks <- t:
 	default:
+		if w.ctx == nil {
+			w.ctx, w.cancel = context.WithCancelCause(context.WithoutCancel(w.runCtx))
+		}
 		w.handlers.Add(1)
 		go w.run(t)
 	}
@@ -166,7 +172,7 @@ func (w *workers) endSettlement(slot chan struct{}) {
 // more timeout: their rows come back when their lease or connection ends.
 func (w *workers) shutdown() {
 	e := w.e
-	defer w.cancel(nil)
+	defer w.cancelHandlers(nil)
 	close(w.tasks)
 	// Nothing reads the kicks any more; a worker's kick never blocks.
 	finished := make(chan struct{})
@@ -178,7 +184,7 @@ func (w *workers) shutdown() {
 		return
 	case <-deadline.C():
 	}
-	w.cancel(e.errShutdown())
+	w.cancelHandlers(e.errShutdown())
 	e.logger().Warn("inbox: handlers still running at the shutdown timeout; their contexts are cancelled", "timeout", e.cfg.Shutdown)
 	grace := time.NewTimer(e.cfg.Shutdown)
 	defer grace.Stop()
@@ -186,6 +192,13 @@ func (w *workers) shutdown() {
 	case <-finished:
 	case <-grace.C:
 		e.logger().Error("inbox: handlers ignore their cancelled context; Run returns without them", "timeout", e.cfg.Shutdown)
+	}
+}
+
+// cancelHandlers ends the handlers' context, if a handler ever ran.
+func (w *workers) cancelHandlers(cause error) {
+	if w.cancel != nil {
+		w.cancel(cause)
 	}
 }
 

@@ -49,8 +49,8 @@ type workers struct {
 	e *Engine
 
 	// ctx is the handlers' own: it outlives Run's (runCtx) by the shutdown
-	// timeout. The first worker goroutine makes it, so a subscription that
-	// handles nothing keeps none (0.1 kB of an idle one's heap).
+	// timeout. It and the channels are made for the first worker goroutine
+	// (see ready).
 	runCtx context.Context
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -76,7 +76,7 @@ type workers struct {
 
 func newWorkers(e *Engine, ctx context.Context) *workers {
 	n := e.cfg.Workers
-	w := &workers{e: e, tasks: make(chan task), slots: make(chan struct{}, n), ackSlots: make(chan struct{}, n+ackRoom(n)), kick: make(chan struct{}, 1),
+	w := &workers{e: e,
 		firstFree: int64(n - 1), halfFree: int64(n - (n+1)/2), runCtx: ctx}
 	w.spare.done = ctx.Done()
 	w.waits.New = func() any { return newAckWait(w) }
@@ -90,12 +90,23 @@ func (w *workers) dispatch(t task) {
 	select {
 	case w.tasks <- t:
 	default:
-		if w.ctx == nil {
-			w.ctx, w.cancel = context.WithCancelCause(context.WithoutCancel(w.runCtx))
-		}
+		w.ready()
 		w.handlers.Add(1)
 		go w.run(t)
 	}
+}
+
+// ready makes what the worker goroutines share, before the first starts:
+// a subscription that never handled a row keeps none of it (0.5 kB of an
+// idle one's heap). Until then tasks and kick are nil, never ready.
+func (w *workers) ready() {
+	if w.tasks != nil {
+		return
+	}
+	n := w.e.cfg.Workers
+	w.tasks, w.kick = make(chan task), make(chan struct{}, 1)
+	w.slots, w.ackSlots = make(chan struct{}, n), make(chan struct{}, n+ackRoom(n))
+	w.ctx, w.cancel = context.WithCancelCause(context.WithoutCancel(w.runCtx))
 }
 
 // run is a worker goroutine: it handles t, then every task it gets after.
@@ -173,6 +184,9 @@ func (w *workers) endSettlement(slot chan struct{}) {
 func (w *workers) shutdown() {
 	e := w.e
 	defer w.cancelHandlers(nil)
+	if w.tasks == nil {
+		return // no handler ever ran
+	}
 	close(w.tasks)
 	// Nothing reads the kicks any more; a worker's kick never blocks.
 	finished := make(chan struct{})

@@ -45,7 +45,6 @@ const ackTimeout = 30 * time.Second
 type acker struct {
 	c      *claimer
 	commit *groupcommit.Committer[dialect.Fenced]
-	seen   map[int64]bool // a flush's ids, kept between flushes (they run one at a time)
 }
 
 func newAcker(c *claimer) *acker {
@@ -82,20 +81,20 @@ func (a *acker) flush(batch []dialect.Fenced, errs []error) {
 	// The batch statement tells which ids it deleted, not on which lease:
 	// a second ack of one id (a stale holder's, beside the one that
 	// reclaimed the row) goes alone, fenced on its own lease.
+	// A map a flush, not one kept on the acker: a kept one holds the size
+	// of its largest batch (up to maxAckBatch ids) in every subscription
+	// that was ever busy, idle group subscriptions among them.
 	many, alone := batch, []int(nil)
-	if a.seen == nil {
-		a.seen = make(map[int64]bool, len(batch))
-	}
-	clear(a.seen)
+	seen := make(map[int64]bool, len(batch))
 	for i, r := range batch {
-		if a.seen[r.ID] {
+		if seen[r.ID] {
 			if alone == nil {
 				many = slices.Clone(batch[:i])
 			}
 			alone = append(alone, i)
 			continue
 		}
-		a.seen[r.ID] = true
+		seen[r.ID] = true
 		if alone != nil {
 			many = append(many, r)
 		}

@@ -21,8 +21,8 @@ import (
 // child (the same binary, in its child mode) and waits for every one to say
 // "ready", then writes "go" to all and starts the clock. A child runs its
 // subscription and writes "acked N claims M" every slowTick; once the
-// children's counts come within nearEnd of the rows filled, the parent
-// writes "near" to each, and they report every fastTick; the clock stops
+// drain nears its end (see nearing), the parent writes "near" to each, and
+// they report every fastTick; the clock stops
 // when the counts add up to the rows filled. Closing a child's stdin stops
 // it; it then writes "done handled=H acked=A claims=C" and exits.
 // Handlings beyond the rows filled are duplicates; the rows left in the

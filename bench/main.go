@@ -47,8 +47,9 @@ type row struct {
 	res     benchkit.Result
 	dups    int64
 	lost    int64
-	chart   bool // a point of the sweep
-	procs   int  // processes, in the instance sweep (0: one process)
+	chart   bool    // a point of the sweep
+	procs   int     // processes, in the instance sweep (0: one process)
+	warm    float64 // the sweep's rate once warmed up (benchkit.ProcsResult), else 0
 }
 
 func main() {
@@ -218,15 +219,19 @@ func main() {
 
 func report(rows []row) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "db\trunner\tshape\tjobs\tseconds\tjobs/s\tcpu us/job\tceiling jobs/s\tduplicates\tlost\t")
+	fmt.Fprintln(tw, "db\trunner\tshape\tjobs\tseconds\tjobs/s\twarm jobs/s\tcpu us/job\tceiling jobs/s\tduplicates\tlost\t")
 	for _, r := range rows {
-		cpu, ceiling := "-", "-"
+		cpu, ceiling, warm := "-", "-", "-"
 		if c := r.res.CPUPerJob(r.jobs); c > 0 {
 			cpu, ceiling = fmt.Sprintf("%.1f", c), fmt.Sprintf("%.0f", float64(runtime.NumCPU())*1e6/c)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.2f\t%.0f\t%s\t%s\t%d\t%d\t\n", r.db, r.runner, r.shape, r.jobs, r.res.Seconds, r.res.JobsPerSec, cpu, ceiling, r.dups, r.lost)
+		if r.warm > 0 {
+			warm = fmt.Sprintf("%.0f", r.warm)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%d\t%d\t\n", r.db, r.runner, r.shape, r.jobs, r.res.Seconds, r.res.JobsPerSec, warm, cpu, ceiling, r.dups, r.lost)
 	}
-	fmt.Fprintf(tw, "\ncpu us/job: the whole machine's busy CPU during the drain (this process, the database server, anything else) per job.\n")
+	fmt.Fprintf(tw, "\nwarm jobs/s: in the instance sweep, the rate after the first tenth of the rows, when every process has started (benchkit.ProcsResult).\n")
+	fmt.Fprintf(tw, "cpu us/job: the whole machine's busy CPU during the drain (this process, the database server, anything else) per job.\n")
 	fmt.Fprintf(tw, "ceiling jobs/s: %d cores / cpu us/job, the rate if the drain had every core to itself.\n", runtime.NumCPU())
 	tw.Flush()
 	fmt.Println()

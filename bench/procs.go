@@ -79,7 +79,7 @@ func libProcs(ctx context.Context, libURL, table string, jobs, p, workers int) r
 	lost, err := benchkit.Remaining(ctx, db, table)
 	check(err)
 	return row{db: "postgres", runner: "sqlinbox/lease", procs: p, workers: p * w, shape: fmt.Sprintf("%d procs x %d", p, w), jobs: jobs,
-		res: res.Result, dups: max(0, res.Handled-int64(jobs)), lost: lost}
+		res: res.Result, warm: res.WarmJobsPerSec, dups: max(0, res.Handled-int64(jobs)), lost: lost}
 }
 
 // riverProcs drains jobs River jobs with p processes of workers/p
@@ -96,7 +96,7 @@ func riverProcs(ctx context.Context, riverURL string, jobs, p, workers int) row 
 	var lost int64
 	check(pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE state <> 'completed'").Scan(&lost))
 	return row{db: "postgres", runner: "river", procs: p, workers: p * w, shape: fmt.Sprintf("%d procs x MaxWorkers %d", p, w), jobs: jobs,
-		res: res.Result, dups: max(0, res.Handled-int64(jobs)), lost: lost}
+		res: res.Result, warm: res.WarmJobsPerSec, dups: max(0, res.Handled-int64(jobs)), lost: lost}
 }
 
 // riverFillOnly migrates River's tables, empties them and inserts jobs

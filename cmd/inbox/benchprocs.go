@@ -53,6 +53,7 @@ type procsRun struct {
 	conns           int
 	jobs, rounds    int
 	notify, waits   bool
+	ownTables       bool // each process drains a table of its own (a control)
 	timeout         time.Duration
 }
 
@@ -91,17 +92,18 @@ func benchProcs(ctx context.Context, r procsRun) error {
 	defer setup.Close()
 	rates := make([][]float64, len(r.procs))
 	ratios := make([][]float64, len(r.procs))
+	warms := make([][]float64, len(r.procs))
+	warmRatios := make([][]float64, len(r.procs))
 	for round := range r.rounds {
 		for i, p := range r.procs {
 			w := r.split(i)
-			first, err := benchkit.Fill(ctx, setup.DB(), r.table, r.jobs)
+			tables, err := r.fill(ctx, setup, p)
 			if err != nil {
 				return err
 			}
-			_ = first
 			var cmds []*exec.Cmd
-			for range p {
-				args := []string{"bench-proc", "--db", r.db, "--form", r.form, "--table", r.table, "--workers", strconv.Itoa(w), "--conns", strconv.Itoa(r.conns)}
+			for j := range p {
+				args := []string{"bench-proc", "--db", r.db, "--form", r.form, "--table", tables[j%len(tables)], "--workers", strconv.Itoa(w), "--conns", strconv.Itoa(r.conns)}
 				if r.notify {
 					args = append(args, "--notify")
 				}
@@ -121,16 +123,22 @@ func benchProcs(ctx context.Context, r procsRun) error {
 			}
 			time.Sleep(200 * time.Millisecond) // the children's backends report as they exit
 			c1 := benchkit.ReadDBCounters(ctx, setup.DB())
-			remaining, err := benchkit.Remaining(context.WithoutCancel(ctx), setup.DB(), r.table)
-			if err != nil {
-				return err
+			var remaining int64
+			for _, t := range tables {
+				n, err := benchkit.Remaining(context.WithoutCancel(ctx), setup.DB(), t)
+				if err != nil {
+					return err
+				}
+				remaining += n
 			}
 			rates[i] = append(rates[i], res.JobsPerSec)
+			warms[i] = append(warms[i], res.WarmJobsPerSec)
 			if i > 0 {
 				ratios[i] = append(ratios[i], res.JobsPerSec/rates[0][round])
+				warmRatios[i] = append(warmRatios[i], res.WarmJobsPerSec/warms[0][round])
 			}
-			line := fmt.Sprintf("round=%d procs=%d workers=%d form=%s jobs=%d seconds=%.3f jobs_per_sec=%.0f claims=%d rows_per_claim=%.1f duplicates=%d lost=%d machine_cpu_us_per_job=%.1f",
-				round+1, p, w, r.form, r.jobs, res.Seconds, res.JobsPerSec, res.Claims, float64(r.jobs)/float64(max(res.Claims, 1)),
+			line := fmt.Sprintf("round=%d procs=%d workers=%d form=%s jobs=%d seconds=%.3f jobs_per_sec=%.0f warm_jobs_per_sec=%.0f claims=%d rows_per_claim=%.1f duplicates=%d lost=%d machine_cpu_us_per_job=%.1f",
+				round+1, p, w, r.form, r.jobs, res.Seconds, res.JobsPerSec, res.WarmJobsPerSec, res.Claims, float64(r.jobs)/float64(max(res.Claims, 1)),
 				max(0, res.Handled-int64(r.jobs)), remaining, res.CPUPerJob(r.jobs))
 			if pg {
 				line += " " + benchkit.PerJob(c0, c1, r.jobs)
@@ -144,13 +152,37 @@ func benchProcs(ctx context.Context, r procsRun) error {
 	var sum []string
 	for i, p := range r.procs {
 		shape := fmt.Sprintf("%dx%d", p, r.split(i))
-		sum = append(sum, fmt.Sprintf("sweep_%s_jobs_per_sec=%.0f", shape, median(rates[i])))
+		sum = append(sum, fmt.Sprintf("sweep_%s_jobs_per_sec=%.0f warm_%s_jobs_per_sec=%.0f", shape, median(rates[i]), shape, median(warms[i])))
 		if i > 0 {
-			sum = append(sum, fmt.Sprintf("ratio_%s=%.2f", shape, median(ratios[i])))
+			sum = append(sum, fmt.Sprintf("ratio_%s=%.2f warm_ratio_%s=%.2f", shape, median(ratios[i]), shape, median(warmRatios[i])))
 		}
 	}
 	fmt.Printf("form=%s db=%s jobs=%d rounds=%d %s\n", r.form, dbKind(r.db), r.jobs, r.rounds, strings.Join(sum, " "))
 	return nil
+}
+
+// fill writes the rows of a drain by p processes and returns the tables the
+// processes drain: the one table, or with ownTables one table a process
+// holding its share of the rows (the bound of any way of sharing one
+// table among p processes: theirs never meet).
+func (r procsRun) fill(ctx context.Context, setup *inbox.Broker, p int) ([]string, error) {
+	if !r.ownTables {
+		_, err := benchkit.Fill(ctx, setup.DB(), r.table, r.jobs)
+		return []string{r.table}, err
+	}
+	var tables []string
+	for j := range p {
+		t := fmt.Sprintf("%s_%d", r.table, j)
+		n := r.jobs / p
+		if j == p-1 {
+			n = r.jobs - n*(p-1)
+		}
+		if _, err := benchkit.Fill(ctx, setup.DB(), t, n); err != nil {
+			return nil, err
+		}
+		tables = append(tables, t)
+	}
+	return tables, nil
 }
 
 // split is the workers per process of the i-th split.

@@ -17,11 +17,17 @@ import (
 // them twice when asked.
 type fakeChild struct {
 	rows, dup int
+	delay     time.Duration // before the first row, as a table check on a cold start
 	handled   atomic.Int64
 	acked     atomic.Int64
 }
 
 func (f *fakeChild) Run(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(f.delay):
+	}
 	for range f.rows {
 		select {
 		case <-ctx.Done():
@@ -44,7 +50,8 @@ func TestMain(m *testing.M) {
 	if rows := os.Getenv("BENCHKIT_TEST_CHILD_ROWS"); rows != "" {
 		n, _ := strconv.Atoi(rows)
 		dup, _ := strconv.Atoi(os.Getenv("BENCHKIT_TEST_CHILD_DUP"))
-		if err := ServeChild(context.Background(), os.Stdin, os.Stdout, &fakeChild{rows: n, dup: dup}); err != nil {
+		delay, _ := time.ParseDuration(os.Getenv("BENCHKIT_TEST_CHILD_DELAY") + "ms")
+		if err := ServeChild(context.Background(), os.Stdin, os.Stdout, &fakeChild{rows: n, dup: dup, delay: delay}); err != nil {
 			os.Exit(1)
 		}
 		os.Exit(0)
@@ -74,6 +81,38 @@ func TestDrainProcsSumsChildren(t *testing.T) {
 	}
 	if res.Seconds <= 0 || res.JobsPerSec <= 0 {
 		t.Errorf("seconds %v, jobs/s %v: want both positive", res.Seconds, res.JobsPerSec)
+	}
+}
+
+// The warm rate leaves out the children's start: with a start of a second
+// before the first row it is well above the rate from "go".
+func TestDrainProcsWarmRateLeavesOutTheStart(t *testing.T) {
+	slow := func(rows int) *exec.Cmd {
+		cmd := child(rows, 0)
+		cmd.Env = append(cmd.Env, "BENCHKIT_TEST_CHILD_DELAY=1000")
+		return cmd
+	}
+	res, err := DrainProcs(context.Background(), ProcsConfig{Jobs: 400, Timeout: time.Minute,
+		Commands: []*exec.Cmd{slow(200), slow(200)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("from go %.0f jobs/s, warm %.0f jobs/s", res.JobsPerSec, res.WarmJobsPerSec)
+	if res.WarmJobsPerSec < 1.2*res.JobsPerSec {
+		t.Errorf("warm %.0f jobs/s, from go %.0f: the 1 s start is not left out", res.WarmJobsPerSec, res.JobsPerSec)
+	}
+}
+
+func TestCrossed(t *testing.T) {
+	ms := time.Millisecond
+	if got := crossed(100, 10*ms, 300, 30*ms, 200); got != 20*ms {
+		t.Errorf("halfway between 100 at 10ms and 300 at 30ms: %v, want 20ms", got)
+	}
+	if got := crossed(0, 0, 500, 50*ms, 100); got != 10*ms {
+		t.Errorf("a fifth of the way to 500 at 50ms: %v, want 10ms", got)
+	}
+	if got := crossed(300, 10*ms, 300, 30*ms, 200); got != 30*ms {
+		t.Errorf("no change seen: %v, want now (30ms)", got)
 	}
 }
 

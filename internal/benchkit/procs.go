@@ -43,12 +43,9 @@ const (
 )
 
 // warmShare is the share of the rows a drain's warm figure leaves out, the
-// first acked: by then every child has checked the table, opened its
-// connections and is claiming at full speed, as instances that were already
-// running when a backlog arrived would be. Eight children starting at once
-// on two cores took 0.1-0.4 s each to check the table (fresh backends, cold
-// catalog caches) and acked their first rows 0.1-0.8 s after "go"; two
-// took 0.07 s.
+// first acked: by then every child has checked the table and opened its
+// connections, as instances already running when a backlog arrives have
+// (eight children starting at once take longer to than two).
 const warmShare = 0.1
 
 // Child is one process's share of a drain.
@@ -179,7 +176,8 @@ type ProcsResult struct {
 	// running. The moment is interpolated between the parent's readings of
 	// the children's reports, which come slowTick apart each, so it can be
 	// late by up to slowTick (a higher rate by about slowTick/2 over the
-	// drain's time, under 1% in a drain of 4 s).
+	// drain's time, under 1% in a drain of 4 s). Zero for a drain that did
+	// not finish.
 	WarmJobsPerSec float64
 }
 
@@ -268,7 +266,7 @@ func DrainProcs(ctx context.Context, cfg ProcsConfig) (ProcsResult, error) {
 	}
 	kids = nil
 	res.Seconds, res.JobsPerSec, res.MachineCPU = took.Seconds(), float64(cfg.Jobs)/took.Seconds(), cpu
-	if warm < took {
+	if warm >= 0 && warm < took {
 		res.WarmJobsPerSec = float64(cfg.Jobs-warmRows(cfg.Jobs)) / (took - warm).Seconds()
 	}
 	return res, failed
@@ -314,15 +312,15 @@ func waitAcked(ctx context.Context, cfg ProcsConfig, kids []*childProc, start ti
 					return time.Since(start), warm, fmt.Errorf("bench child %d ended before the drain did", i)
 				}
 			}
-			now := time.Since(start)
+			at := time.Since(start)
 			if warm < 0 && n >= warmAt {
-				warm = crossed(seen, seenAt, n, now, warmAt)
+				warm = crossed(seen, seenAt, n, at, warmAt)
 			}
 			if n != seen {
-				seen, seenAt = n, now
+				seen, seenAt = n, at
 			}
 			if n >= int64(cfg.Jobs) {
-				return now, warm, nil
+				return at, warm, nil
 			}
 			if !near && nearing(cfg.Jobs, n, time.Since(start)) {
 				near = true

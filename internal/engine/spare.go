@@ -21,6 +21,11 @@ const claimBatch = 100
 // payloads) a process holds still follow its workers, not the backlog.
 const spareFactor = 4
 
+// batchRows is the most rows a claim of a subscription of n workers takes
+// in all under a backlog, spare rows included (and what its lease acks may
+// run ahead of its workers: ackRoom).
+func batchRows(n int) int { return min(claimBatch, spareFactor*n) }
+
 // spareWait bounds how long spare rows wait for a worker: a claim takes no
 // more spare rows than its workers handled in spareWait (at the rate last
 // measured), nor in a tenth of the lease; so a slow handler gets few or
@@ -168,7 +173,7 @@ func (l *loop) extra(k int) int {
 		l.rateAt, l.rateN = now, n
 	}
 	wait := min(spareWait, l.e.cfg.Lease/10)
-	most := min(claimBatch, spareFactor*l.e.cfg.Workers, dialect.MaxClaim)
+	most := min(batchRows(l.e.cfg.Workers), dialect.MaxClaim)
 	return max(min(int(l.rate*wait.Seconds()), most-k), 0)
 }
 

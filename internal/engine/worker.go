@@ -244,11 +244,11 @@ func newAckWait(w *workers) *ackWait {
 }
 
 // ackRoom is how many acks beyond its n workers a subscription may have
-// handed to its form unanswered: as many as the spare rows a claim may
-// bring (spare.go), so a process of few workers fills an ack statement as
-// one of many does, and one of a single worker runs at most 5 jobs ahead
-// of its committed acks.
-func ackRoom(n int) int { return min(claimBatch, spareFactor*n) }
+// handed to its form unanswered: as many as the rows a claim brings under
+// a backlog (batchRows), so a process of few workers fills an ack
+// statement as one of many does, and one of a single worker runs at most 5
+// jobs ahead of its committed acks.
+func ackRoom(n int) int { return batchRows(n) }
 
 // async says the job is acked by its form without a waiter.
 func (h *handling) async() bool {

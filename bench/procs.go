@@ -157,6 +157,17 @@ func newRiverChild(ctx context.Context, url string, maxWorkers int) (*riverChild
 		return nil, err
 	}
 	rc := &riverChild{pool: pool}
+	err = benchkit.Warm(int(pool.Config().MaxConns), func() (func(), error) {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return conn.Release, conn.Ping(ctx)
+	})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &countWorker{n: &rc.handled})
 	rc.c, err = river.NewClient(riverpgxv5.New(pool), &river.Config{

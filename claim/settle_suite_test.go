@@ -17,12 +17,12 @@ import (
 // database it serves, settles a claimed row the way claim.Settler says.
 func TestSettlement(t *testing.T) {
 	for _, fc := range forms {
-		t.Run(fc.form.Name(), func(t *testing.T) {
+		t.Run(fc.name(), func(t *testing.T) {
 			t.Parallel()
 			for _, kind := range fc.dbs {
 				t.Run(kind, func(t *testing.T) {
 					t.Parallel()
-					st := newSettling(t, suite{form: fc.form, kind: kind})
+					st := newSettling(t, suite{form: fc.form, kind: kind, noBlocks: fc.noBlocks})
 					t.Run("ack", st.ack)
 					t.Run("ack twice", st.ackTwice)
 					t.Run("ack after the hold was lost", st.ackAfterLost)

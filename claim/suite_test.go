@@ -39,13 +39,26 @@ const (
 )
 
 // The forms and the databases each serves: every case below runs on each.
-var forms = []struct {
-	form claim.Form
-	dbs  []string
-}{
-	{lease.Form, []string{sqlite, postgres}},
-	{rowlock.Form, []string{postgres}},
-	{advisory.Form, []string{postgres}},
+// "lease without blocks" is the lease form on a Postgres table whose block
+// sequence (migrations.ApplyClaimBlocks) was dropped.
+var forms = []formCase{
+	{lease.Form, []string{sqlite, postgres}, false},
+	{lease.Form, []string{postgres}, true},
+	{rowlock.Form, []string{postgres}, false},
+	{advisory.Form, []string{postgres}, false},
+}
+
+type formCase struct {
+	form     claim.Form
+	dbs      []string
+	noBlocks bool
+}
+
+func (fc formCase) name() string {
+	if fc.noBlocks {
+		return fc.form.Name() + " without blocks"
+	}
+	return fc.form.Name()
 }
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -55,12 +68,12 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // run holds few Postgres connections at a time.
 func TestForms(t *testing.T) {
 	for _, fc := range forms {
-		t.Run(fc.form.Name(), func(t *testing.T) {
+		t.Run(fc.name(), func(t *testing.T) {
 			t.Parallel()
 			for _, kind := range fc.dbs {
 				t.Run(kind, func(t *testing.T) {
 					t.Parallel()
-					s := suite{form: fc.form, kind: kind}
+					s := suite{form: fc.form, kind: kind, noBlocks: fc.noBlocks}
 					t.Run("many instances", s.manyInstances)
 					t.Run("killed holder", s.killedHolder)
 					t.Run("pool cap", s.poolCap)
@@ -72,8 +85,9 @@ func TestForms(t *testing.T) {
 }
 
 type suite struct {
-	form claim.Form
-	kind string
+	form     claim.Form
+	kind     string
+	noBlocks bool // the table's block sequence is dropped
 }
 
 // fixture is a fresh database with an inbox table of a name of its own (so
@@ -100,6 +114,11 @@ func (s suite) setup(t *testing.T) *fixture {
 	defer cancel()
 	if err := migrations.Apply(ctx, f.db, f.table); err != nil {
 		t.Fatal(err)
+	}
+	if s.noBlocks {
+		if _, err := f.db.ExecContext(ctx, "DROP SEQUENCE "+dialect.Quote(f.table+dialect.BlockSuffix)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	f.queue = inbox.MustQueue[Job](f.table)
 	return f
@@ -153,6 +172,17 @@ func (f *fixture) count(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// ticketed says whether a claim took a block from the table's block
+// sequence.
+func (f *fixture) ticketed(t *testing.T) bool {
+	t.Helper()
+	var called bool
+	if err := f.db.QueryRow("SELECT is_called FROM " + dialect.Quote(f.table+dialect.BlockSuffix)).Scan(&called); err != nil {
+		t.Fatal(err)
+	}
+	return called
 }
 
 // advisoryLocks counts the advisory locks of the table's class that any
@@ -323,6 +353,9 @@ func (s suite) manyInstances(t *testing.T) {
 		if n := f.advisoryLocks(t); n != 0 {
 			t.Errorf("pg_locks holds %d advisory locks of class %d (table %s) after the run, want none", n, advisory.Class(f.table), f.table)
 		}
+	}
+	if s.kind == postgres && s.form == lease.Form && !s.noBlocks && !f.ticketed(t) {
+		t.Error("the claims took no block from the table's block sequence")
 	}
 	t.Logf("%s on %s: %d rows by %d instances x %d workers, %d retried", s.form.Name(), s.kind, total, instances, workers, retried)
 }

@@ -120,6 +120,9 @@ func checkTable(ctx context.Context, b *Broker, table string, s *shape, grouped 
 	if t.OneHeap, err = d.OneHeap(ctx, b.db, table); err != nil {
 		return claim.Table{}, fmt.Errorf("inbox: table %q: %w", table, err)
 	}
+	if t.Blocks, err = d.BlockSequence(ctx, b.db, table); err != nil {
+		return claim.Table{}, fmt.Errorf("inbox: table %q: %w", table, err)
+	}
 	t.Name = dialect.Quote(table)
 	t.ID = dialect.Quote(id)
 	t.LockedUntil = dialect.Quote(s.column(RoleLockedUntil))

@@ -19,9 +19,16 @@ import (
 var files embed.FS
 
 // Apply creates the reference inbox table (and its claim index) if it does
-// not exist. table is an identifier, or schema.identifier.
+// not exist, and on Postgres its block sequence (see ApplyClaimBlocks).
+// table is an identifier, or schema.identifier.
 func Apply(ctx context.Context, db *sql.DB, table string) error {
-	return applyTable(ctx, db, "inbox.sql", table)
+	if err := applyTable(ctx, db, "inbox.sql", table); err != nil {
+		return err
+	}
+	if d, err := dialect.Detect(db); err != nil || d.Kind != dialect.Postgres {
+		return err
+	}
+	return ApplyClaimBlocks(ctx, db, table, "id")
 }
 
 // applyTable runs one embedded file of the pool's dialect with {{table}}

@@ -43,6 +43,7 @@ type claimer struct {
 	acks *acker
 
 	mark claim.Mark // where the next claim starts (see claim.Mark)
+	blk  blocks     // the claimer's block of ids under a backlog
 }
 
 func (c *claimer) Traits() claim.Traits { return claim.Traits{HoldExpires: true} }
@@ -70,8 +71,29 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	if err := c.readFloor(ctx, now); err != nil {
 		return nil, err
 	}
-	from := c.mark.Start(now, e.Rescan)
-	q := e.SQL.ClaimLease.Call(now, e.Lease, max, e.Group, from)
+	from, marked := c.mark.Resume(now, e.Rescan)
+	var jobs []*claim.Job
+	var err error
+	switch b := &c.blk; {
+	case b.on && b.hi > b.lo && !marked:
+		jobs, err = c.claimBehind(ctx, now, max, from)
+	case b.on && marked:
+		jobs, err = c.claimBlocks(ctx, now, max)
+	default:
+		jobs, err = c.claim(ctx, now, max, from)
+		b.after(c.blocky(), err == nil && len(jobs) == max, jobs)
+	}
+	if err != nil && len(jobs) == 0 {
+		return nil, err
+	}
+	c.acks.claimed(len(jobs))
+	c.mark.Took(err == nil && len(jobs) == max, jobs)
+	return jobs, err
+}
+
+// run sends one claim statement and reads the rows it took.
+func (c *claimer) run(ctx context.Context, max int, q dialect.Call) ([]*claim.Job, error) {
+	e := &c.env
 	rows, err := e.Stmts.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim from %q: %w", e.Table.Unquoted, err)
@@ -92,8 +114,6 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim from %q: %w", e.Table.Unquoted, err)
 	}
-	c.acks.claimed(len(jobs))
-	c.mark.Took(len(jobs) == max, jobs)
 	return jobs, nil
 }
 

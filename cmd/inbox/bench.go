@@ -89,6 +89,7 @@ func benchThroughput(ctx context.Context, args []string) error {
 	procs := fs.String("procs", "", "instance sweep: drain with each number of separate processes in turn (e.g. 2,4,8), --workers split evenly among them, or PxW shapes (8x100)")
 	rounds := fs.Int("rounds", 1, "with --procs: times to run the whole sweep")
 	waits := fs.Bool("waits", false, "with --procs on Postgres: sample pg_stat_activity's wait events every 10 ms during each drain")
+	noBlocks := fs.Bool("no-blocks", false, "with --procs: drop the table's block sequence after the fill (a control: processes' claims then all start from the table's leading edge; see migrations.ApplyClaimBlocks)")
 	ownTables := fs.Bool("own-tables", false, "with --procs: each process drains a table of its own (TABLE_0, TABLE_1, ...) holding its share of the rows, a control: the rate no way of sharing one table can beat")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -105,7 +106,7 @@ func benchThroughput(ctx context.Context, args []string) error {
 			return err
 		}
 		return benchProcs(ctx, procsRun{db: *db, form: *formName, table: *table, procs: ps, per: per, workers: *workers, conns: *conns,
-			jobs: *jobs, rounds: max(1, *rounds), notify: *notifyOn, waits: *waits, ownTables: *ownTables, timeout: *timeout})
+			jobs: *jobs, rounds: max(1, *rounds), notify: *notifyOn, waits: *waits, ownTables: *ownTables, noBlocks: *noBlocks, timeout: *timeout})
 	}
 	form, err := formByName(*formName)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/internal/benchkit"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
 
 func init() {
@@ -54,6 +55,7 @@ type procsRun struct {
 	jobs, rounds    int
 	notify, waits   bool
 	ownTables       bool // each process drains a table of its own (a control)
+	noBlocks        bool // the table has no block sequence (a control)
 	timeout         time.Duration
 }
 
@@ -168,6 +170,9 @@ func benchProcs(ctx context.Context, r procsRun) error {
 func (r procsRun) fill(ctx context.Context, setup *inbox.Broker, p int) ([]string, error) {
 	if !r.ownTables {
 		_, err := benchkit.Fill(ctx, setup.DB(), r.table, r.jobs)
+		if err == nil && r.noBlocks {
+			_, err = setup.DB().ExecContext(ctx, "DROP SEQUENCE IF EXISTS "+dialect.Quote(r.table+dialect.BlockSuffix))
+		}
 		return []string{r.table}, err
 	}
 	var tables []string

@@ -10,7 +10,7 @@ import (
 )
 
 func init() {
-	register("migrate", "create the reference inbox table (and, on Postgres with --trigger, its notify trigger)", migrate)
+	register("migrate", "create the reference inbox table (on Postgres with its block sequence, and with --trigger its notify trigger)", migrate)
 }
 
 func migrate(ctx context.Context, args []string) error {

@@ -28,7 +28,8 @@ type Claimer interface {
 	// Claim takes up to max available rows (max is at most
 	// dialect.MaxClaim), each held by this claimer until its Job is
 	// settled. Fewer than max means the table had no more to give right
-	// now.
+	// now. A claim of several statements that fails after one took rows
+	// returns those rows with the error.
 	Claim(ctx context.Context, max int) ([]*Job, error)
 	// Traits declares what the claim loop needs to know of the form.
 	Traits() Traits

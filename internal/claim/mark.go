@@ -57,16 +57,23 @@ const DeepRescans = 60
 // the form's clock: math.MinInt64 for the whole table, since ids may be
 // zero or negative where the publisher writes them.
 func (m *Mark) Start(now time.Time, rescan time.Duration) int64 {
+	from, _ := m.Resume(now, rescan)
+	return from
+}
+
+// Resume is Start, and says whether the claim resumes at the mark (true)
+// or looks from the floor.
+func (m *Mark) Resume(now time.Time, rescan time.Duration) (from int64, marked bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.marked || rescan <= 0 || now.Sub(m.scanned) >= rescan {
 		m.marked, m.scanned = false, now
 		if !m.read {
-			return math.MinInt64
+			return math.MinInt64, false
 		}
-		return m.floor
+		return m.floor, false
 	}
-	return m.from
+	return m.from, true
 }
 
 // FloorDue says whether the floor is to be read before the next claim, and

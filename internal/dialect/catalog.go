@@ -86,6 +86,28 @@ FROM pg_class c WHERE c.oid = to_regclass($1)`, Quote(table))
 	return one, rows.Err()
 }
 
+// BlockSequence returns the quoted name of table's block sequence (see
+// migrations.ApplyClaimBlocks) if it exists, else "". Always "" on SQLite.
+func (d *Dialect) BlockSequence(ctx context.Context, db Querier, table string) (string, error) {
+	if d.Kind != Postgres {
+		return "", nil
+	}
+	name := Quote(table + BlockSuffix)
+	rows, err := db.QueryContext(ctx, `SELECT 1 FROM pg_class WHERE oid = to_regclass($1) AND relkind = 'S'`, name)
+	if err != nil {
+		return "", fmt.Errorf("look for the block sequence of %q: %w", table, err)
+	}
+	defer rows.Close()
+	found := rows.Next()
+	if err := rows.Close(); err != nil || !found {
+		return "", err
+	}
+	return name, nil
+}
+
+// BlockSuffix ends the name of a table's block sequence.
+const BlockSuffix = "_claim_blocks"
+
 // Indexes reads the indexes of table with their columns in order. On SQLite
 // an INTEGER PRIMARY KEY is the rowid itself and is reported as an index.
 func (d *Dialect) Indexes(ctx context.Context, db Querier, table string) ([]Index, error) {

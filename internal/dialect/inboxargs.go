@@ -46,6 +46,21 @@ func (s ClaimLeaseSQL) Call(now time.Time, lease time.Duration, limit int, group
 	return s.call(s.tm.Arg(now, lease), s.tm.Arg(now, 0), limit, group, from)
 }
 
+// ClaimBlockSQL claims rows of one block of ids (see InboxSQL.ClaimBlock).
+type ClaimBlockSQL struct{ text }
+
+// Call claims up to limit available rows of group with ids from from up to
+// below to, leasing them until now+lease.
+func (s ClaimBlockSQL) Call(now time.Time, lease time.Duration, limit int, group any, from, to int64) Call {
+	return s.call(s.tm.Arg(now, lease), s.tm.Arg(now, 0), limit, group, from, to)
+}
+
+// TicketSQL takes a block of ids (see InboxSQL.Ticket).
+type TicketSQL struct{ text }
+
+// Call takes the next block number, at least least.
+func (s TicketSQL) Call(least int64) Call { return s.call(least) }
+
 // ClaimHoldSQL takes one row for the row-lock form (see InboxSQL.ClaimHold).
 type ClaimHoldSQL struct{ text }
 

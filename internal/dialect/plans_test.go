@@ -2,6 +2,7 @@ package dialect_test
 
 import (
 	"context"
+	"database/sql"
 	"math"
 	"strings"
 	"testing"
@@ -27,6 +28,9 @@ func claimsKeepAGenericPlan(t *testing.T, oneHeap bool) {
 	if err := migrations.Apply(ctx, db, "plan_jobs"); err != nil {
 		t.Fatal(err)
 	}
+	if err := migrations.ApplyClaimBlocks(ctx, db, "plan_jobs", "id"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := db.ExecContext(ctx, "INSERT INTO plan_jobs (payload) SELECT 'x' FROM generate_series(1, 5000)"); err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +38,7 @@ func claimsKeepAGenericPlan(t *testing.T, oneHeap bool) {
 		t.Fatal(err)
 	}
 	d := dialect.Of(dialect.Postgres)
-	q := d.Inbox(dialect.Table{Name: `"plan_jobs"`, ID: `"id"`, LockedUntil: `"locked_until"`, Attempts: `"attempts"`, OneHeap: oneHeap},
+	q := d.Inbox(dialect.Table{Name: `"plan_jobs"`, ID: `"id"`, LockedUntil: `"locked_until"`, Attempts: `"attempts"`, OneHeap: oneHeap, Blocks: `"plan_jobs_claim_blocks"`},
 		dialect.Times{Kind: dialect.Postgres, Encoding: dialect.Timestamptz})
 	// The claim locks no more rows than its limit, whatever limit it writes
 	// out for the planner: another session can lock every other row.
@@ -95,12 +99,16 @@ func claimsKeepAGenericPlan(t *testing.T, oneHeap bool) {
 			t.Fatal(err)
 		}
 		rows.Close()
+		block := q.ClaimBlock.Call(now, time.Minute, limit, nil, math.MinInt64, 1<<40)
+		if n := countRows(t, tx, block); n != limit {
+			t.Fatalf("block claim with limit %d took %d rows", limit, n)
+		}
 	}
 	var locked int
 	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM plan_jobs WHERE locked_until IS NOT NULL").Scan(&locked); err != nil {
 		t.Fatal(err)
 	}
-	if want := 3 * (1 + 3 + 50 + 100); locked != want {
+	if want := 2 * 3 * (1 + 3 + 50 + 100); locked != want {
 		t.Errorf("%d rows leased after the claims, want %d", locked, want)
 	}
 	rows, err := tx.QueryContext(ctx, "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE '%SKIP LOCKED%' AND statement NOT LIKE '%pg_prepared_statements%'")
@@ -123,9 +131,26 @@ func claimsKeepAGenericPlan(t *testing.T, oneHeap bool) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if seen != 2 {
-		t.Errorf("%d claim statements prepared on the connection, want 2", seen)
+	if seen != 3 {
+		t.Errorf("%d claim statements prepared on the connection, want 3", seen)
 	}
+}
+
+func countRows(t *testing.T, tx *sql.Tx, q dialect.Call) int {
+	t.Helper()
+	rows, err := tx.Query(q.SQL, q.Args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // OneHeap tells a plain table from a partitioned one and from a parent of

@@ -1,0 +1,141 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// blocks is where a claimer stands in the table's block sequence
+// (migrations.ApplyClaimBlocks). Many processes claiming from the leading
+// edge of one table meet there: each walks the rows the others just
+// leased, and a row it locks to recheck holds up its owner's ack until it
+// commits (BENCHMARKS.md, "Claim blocks"). So while a backlog lasts each
+// claimer takes the next block of dialect.BlockIDs ids from the sequence
+// and claims inside it alone until it runs dry. Blocks go out in id order,
+// so rows still go out about in the order they came.
+//
+// Rows behind the block (a lease run out, a retry come due, the rest of
+// the block of a claimer that stopped) are looked for each Rescan, as with
+// the mark: one claim from the floor up to the block, which takes a full
+// batch of them (and the rest from the block when there are fewer). A
+// claim that stayed behind until it came back short would also walk into
+// the blocks of slower claimers, which are behind too. The loop sends one
+// lease claim at a time (Traits), so only Claim's goroutine touches it.
+type blocks struct {
+	on     bool  // claims take blocks: a backlog was met
+	least  int64 // the least block the next ticket may be
+	lo, hi int64 // the block: ids lo up to below hi (none while hi <= lo)
+	pos    int64 // where the next claim in the block starts
+}
+
+// blocky says whether claims may take blocks: the table has a block
+// sequence (and no priority column) and the subscription takes all of it.
+func (c *claimer) blocky() bool {
+	e := &c.env
+	return e.SQL.Ticket.SQL() != "" && e.Group == nil && e.Rescan > 0
+}
+
+// after notes a claim from the floor or the mark: a full one whose rows lie
+// within half a block starts the claims in blocks at the block of its
+// least id. Rows sparser than that would fill a block with a claim or
+// two, and each block costs a ticket.
+func (b *blocks) after(blocky, full bool, jobs []*claim.Job) {
+	if !blocky || !full || b.on {
+		return
+	}
+	lo, hi := span(jobs)
+	if hi-lo >= dialect.BlockIDs/2 {
+		return
+	}
+	*b = blocks{on: true, least: floorDiv(lo, dialect.BlockIDs)}
+}
+
+// claim takes up to max rows from id from on, without blocks.
+func (c *claimer) claim(ctx context.Context, now time.Time, max int, from int64) ([]*claim.Job, error) {
+	e := &c.env
+	return c.run(ctx, max, e.SQL.ClaimLease.Call(now, e.Lease, max, e.Group, from))
+}
+
+// claimBehind takes up to max rows from id from on below the block, and
+// the rest from the block when there were fewer.
+func (c *claimer) claimBehind(ctx context.Context, now time.Time, max int, from int64) ([]*claim.Job, error) {
+	e, b := &c.env, &c.blk
+	jobs, err := c.run(ctx, max, e.SQL.ClaimBlock.Call(now, e.Lease, max, e.Group, from, b.lo))
+	if err != nil || len(jobs) == max {
+		return jobs, err
+	}
+	more, err := c.claimBlocks(ctx, now, max-len(jobs))
+	return append(jobs, more...), err
+}
+
+// claimBlocks takes up to max rows from the claimer's block and, when that
+// runs dry, from a new one. When the new one comes back short too, the
+// backlog may be over: claims go back to the floor and the mark, and the
+// rest is claimed from the floor at once.
+func (c *claimer) claimBlocks(ctx context.Context, now time.Time, max int) ([]*claim.Job, error) {
+	e, b := &c.env, &c.blk
+	var jobs []*claim.Job
+	for fresh := false; !fresh; {
+		if b.pos >= b.hi {
+			if err := c.ticket(ctx); err != nil {
+				return jobs, err
+			}
+			fresh = true
+		}
+		want := max - len(jobs)
+		got, err := c.run(ctx, want, e.SQL.ClaimBlock.Call(now, e.Lease, want, e.Group, b.pos, b.hi))
+		jobs = append(jobs, got...)
+		if err != nil {
+			return jobs, err
+		}
+		if len(got) == want {
+			// As the mark: rows it passed over, locked by a claim in
+			// flight, are looked at again.
+			b.pos, _ = span(got)
+			return jobs, nil
+		}
+		b.pos = b.hi
+	}
+	b.on = false
+	got, err := c.claim(ctx, now, max-len(jobs), c.mark.Floor())
+	return append(jobs, got...), err
+}
+
+// ticket takes the next block from the table's block sequence.
+func (c *claimer) ticket(ctx context.Context) error {
+	e, b := &c.env, &c.blk
+	var t int64
+	q := e.SQL.Ticket.Call(b.least)
+	if err := e.DB.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&t); err != nil {
+		return fmt.Errorf("claim from %q: take a block of ids from its block sequence: %w", e.Table.Unquoted, err)
+	}
+	b.lo, b.hi = t*dialect.BlockIDs, math.MaxInt64
+	if t < math.MaxInt64/dialect.BlockIDs-1 {
+		b.hi = b.lo + dialect.BlockIDs
+	}
+	b.pos, b.least = b.lo, t+1
+	return nil
+}
+
+// floorDiv is a/n rounded down (ids may be negative).
+func floorDiv(a, n int64) int64 {
+	q := a / n
+	if a%n < 0 {
+		q--
+	}
+	return q
+}
+
+// span is the least and the greatest id of jobs, which is not empty.
+func span(jobs []*claim.Job) (lo, hi int64) {
+	lo, hi = math.MaxInt64, math.MinInt64
+	for _, j := range jobs {
+		lo, hi = min(lo, j.ID), max(hi, j.ID)
+	}
+	return lo, hi
+}

@@ -1,9 +1,12 @@
 package claim_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"math/bits"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,8 +34,8 @@ func TestClaimBlocksKeepClaimersApart(t *testing.T) {
 	if without.shared < 2*with.shared {
 		t.Errorf("without the block sequence %d blocks were shared, with it %d: the sequence kept claimers no further apart", without.shared, with.shared)
 	}
-	if !with.ticketed || without.ticketed {
-		t.Errorf("block sequence used: %v with it, %v without; want true, false", with.ticketed, without.ticketed)
+	if !with.ticketed {
+		t.Error("the claims took no block from the table's block sequence")
 	}
 }
 
@@ -113,10 +116,11 @@ func TestClaimBlocksFindRowsBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	var acked atomic.Int64
+	var behindHandled atomic.Int32
 	started, found := make(chan struct{}), make(chan int64, 1)
 	b := f.broker(t, f.url, inbox.MaxConns(workers+2), inbox.PollInterval(50*time.Millisecond))
 	sub, err := inbox.Subscribe(b, f.queue, func(ctx context.Context, j Job) error {
-		if j.ID == behind {
+		if j.ID == behind && behindHandled.Add(1) == 1 {
 			found <- acked.Load()
 		}
 		return nil
@@ -129,7 +133,11 @@ func TestClaimBlocksFindRowsBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	inboxtest.RunSubscription(t, sub)
-	<-started
+	select {
+	case <-started:
+	case <-time.After(time.Minute):
+		t.Fatalf("%d of %d rows acked after a minute", acked.Load(), 2*dialect.BlockIDs-1)
+	}
 	if !f.ticketed(t) {
 		t.Fatal("two blocks of rows acked and no block taken from the sequence")
 	}
@@ -143,8 +151,159 @@ func TestClaimBlocksFindRowsBehind(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatalf("the row behind the block was not handled in a minute (%d of %d acked)", acked.Load(), total)
 	}
+	if n := behindHandled.Load(); n != 1 {
+		t.Errorf("the row behind the block was handled %d times", n)
+	}
 	t.Logf("the row behind the block was handled %d acks after it was freed, %d rows before the backlog ran out", at-freed, total-at)
 	if total-at < 4*dialect.BlockIDs {
 		t.Errorf("the row behind the block was handled with %d rows left of %d, want it found while the backlog lasts", total-at, total)
 	}
+}
+
+// A claimer that stops leaves the rest of its block to the others: they
+// find it behind their own blocks at a rescan and stay behind until they
+// have taken it, well before the backlog runs out.
+func TestClaimBlocksTakeAStoppedClaimersBlock(t *testing.T) {
+	s := suite{form: lease.Form, kind: postgres}
+	f := s.setup(t)
+	const workers, total = 8, 24 * dialect.BlockIDs
+	if _, err := f.db.Exec(fmt.Sprintf("INSERT INTO %s (id, payload) SELECT g, 'p' FROM generate_series(0, %d) AS g", dialect.Quote(f.table), total-1)); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	acked, lastOfA := int64(0), int64(-1) // the last id A handled
+	perBlock := map[int64]int{}           // rows acked in each block
+	watched, blockDone, blockDoneAt := int64(-1), make(chan struct{}), int64(0)
+	fourBlocks := make(chan struct{})
+	done := func(block int64) bool { return perBlock[block] == dialect.BlockIDs }
+	observe := inbox.Observe(func(e inbox.Event) {
+		if e.Outcome != inbox.Acked {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		acked++
+		perBlock[e.ID/dialect.BlockIDs]++
+		if acked == 4*dialect.BlockIDs {
+			close(fourBlocks)
+		}
+		if watched >= 0 && e.ID/dialect.BlockIDs == watched && done(watched) {
+			blockDoneAt = acked
+			close(blockDone)
+		}
+	})
+	subscribe := func(name string, handle func(Job)) func() {
+		b := f.broker(t, f.url, inbox.MaxConns(workers+2), inbox.PollInterval(200*time.Millisecond))
+		sub, err := inbox.Subscribe(b, f.queue, func(ctx context.Context, j Job) error {
+			handle(j)
+			return nil
+		}, inbox.Form(s.form), inbox.Workers(workers), inbox.Name(name), observe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return inboxtest.RunSubscription(t, sub)
+	}
+	stopA := subscribe("a", func(j Job) {
+		mu.Lock()
+		lastOfA = max(lastOfA, j.ID)
+		mu.Unlock()
+	})
+	subscribe("b", func(Job) {})
+	select {
+	case <-fourBlocks:
+	case <-time.After(time.Minute):
+		t.Fatal("four blocks of rows not acked after a minute")
+	}
+	stopA()
+	mu.Lock()
+	watched = lastOfA / dialect.BlockIDs
+	left := dialect.BlockIDs - perBlock[watched]
+	if done(watched) {
+		mu.Unlock()
+		t.Skipf("a stopped with its block %d drained; nothing left to take", watched)
+	}
+	mu.Unlock()
+	select {
+	case <-blockDone:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("the rest of the stopped claimer's block %d not acked after 3 minutes", watched)
+	}
+	mu.Lock()
+	at := blockDoneAt
+	mu.Unlock()
+	t.Logf("a stopped with %d rows of its block %d left; b had taken them all with %d of %d rows still to ack", left, watched, total-at, total)
+	if total-at < 4*dialect.BlockIDs {
+		t.Errorf("the rest of the stopped claimer's block was taken with %d rows left of %d, want it taken while the backlog lasts", total-at, total)
+	}
+}
+
+// A ticket that fails (here the sequence is dropped while claims take
+// blocks) turns the blocks off: the backlog drains on without them, and
+// no claim fails.
+func TestClaimBlocksGoOnWithoutTheSequence(t *testing.T) {
+	s := suite{form: lease.Form, kind: postgres}
+	f := s.setup(t)
+	const workers, total = 8, 16 * dialect.BlockIDs
+	if _, err := f.db.Exec(fmt.Sprintf("INSERT INTO %s (id, payload) SELECT g, 'p' FROM generate_series(0, %d) AS g", dialect.Quote(f.table), total-1)); err != nil {
+		t.Fatal(err)
+	}
+	var acked atomic.Int64
+	twoBlocks, all := make(chan struct{}), make(chan struct{})
+	var logged syncBuffer
+	b := f.broker(t, f.url, inbox.MaxConns(workers+2), inbox.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	sub, err := inbox.Subscribe(b, f.queue, func(context.Context, Job) error { return nil },
+		inbox.Form(s.form), inbox.Workers(workers), inbox.Observe(func(e inbox.Event) {
+			if e.Outcome != inbox.Acked {
+				return
+			}
+			switch acked.Add(1) {
+			case 2 * dialect.BlockIDs:
+				close(twoBlocks)
+			case total:
+				close(all)
+			}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inboxtest.RunSubscription(t, sub)
+	select {
+	case <-twoBlocks:
+	case <-time.After(time.Minute):
+		t.Fatal("two blocks of rows not acked after a minute")
+	}
+	if !f.ticketed(t) {
+		t.Fatal("two blocks of rows acked and no block taken from the sequence")
+	}
+	if _, err := f.db.Exec("DROP SEQUENCE " + dialect.BlockSequenceName(f.table)); err != nil {
+		t.Fatal(err)
+	}
+	dropped := time.Now()
+	select {
+	case <-all:
+	case <-time.After(time.Minute):
+		t.Fatalf("%d of %d rows acked a minute after the sequence was dropped", acked.Load(), total)
+	}
+	t.Logf("the last %d rows drained in %v after the sequence was dropped", total-2*dialect.BlockIDs, time.Since(dropped).Round(time.Millisecond))
+	if out := logged.String(); strings.Contains(out, "claim failed") {
+		t.Errorf("claims failed after the sequence was dropped:\n%s", out)
+	}
+}
+
+// syncBuffer is a bytes.Buffer a logger may write from several goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -116,7 +116,7 @@ func (s suite) setup(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	if s.noBlocks {
-		if _, err := f.db.ExecContext(ctx, "DROP SEQUENCE "+dialect.Quote(f.table+dialect.BlockSuffix)); err != nil {
+		if _, err := f.db.ExecContext(ctx, "DROP SEQUENCE "+dialect.BlockSequenceName(f.table)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -179,7 +179,7 @@ func (f *fixture) count(t *testing.T) int {
 func (f *fixture) ticketed(t *testing.T) bool {
 	t.Helper()
 	var called bool
-	if err := f.db.QueryRow("SELECT is_called FROM " + dialect.Quote(f.table+dialect.BlockSuffix)).Scan(&called); err != nil {
+	if err := f.db.QueryRow("SELECT is_called FROM " + dialect.BlockSequenceName(f.table)).Scan(&called); err != nil {
 		t.Fatal(err)
 	}
 	return called

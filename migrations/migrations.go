@@ -19,13 +19,15 @@ import (
 var files embed.FS
 
 // Apply creates the reference inbox table (and its claim index) if it does
-// not exist, and on Postgres its block sequence (see ApplyClaimBlocks).
-// table is an identifier, or schema.identifier.
+// not exist, and on Postgres its block sequence (see ApplyClaimBlocks; none
+// for a table name longer than 50 bytes). table is an identifier, or
+// schema.identifier.
 func Apply(ctx context.Context, db *sql.DB, table string) error {
 	if err := applyTable(ctx, db, "inbox.sql", table); err != nil {
 		return err
 	}
-	if d, err := dialect.Detect(db); err != nil || d.Kind != dialect.Postgres {
+	d, err := dialect.Detect(db)
+	if err != nil || d.Kind != dialect.Postgres || dialect.BlockSequenceName(table) == "" {
 		return err
 	}
 	return ApplyClaimBlocks(ctx, db, table, "id")

@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"time"
 
@@ -16,34 +15,44 @@ import (
 // leased, and a row it locks to recheck holds up its owner's ack until it
 // commits (BENCHMARKS.md, "Claim blocks"). So while a backlog lasts each
 // claimer takes the next block of dialect.BlockIDs ids from the sequence
-// and claims inside it alone until it runs dry. Blocks go out in id order,
-// so rows still go out about in the order they came.
+// and claims inside it until it runs dry. Blocks go out in id order, so
+// rows still go out about in the order they came. The blocks only keep
+// claimers apart; what keeps a row in one claim is the claim's own lock
+// and lease, as without them.
 //
 // Rows behind the block (a lease run out, a retry come due, the rest of
 // the block of a claimer that stopped) are looked for each Rescan, as with
-// the mark: one claim from the floor up to the block, which takes a full
-// batch of them (and the rest from the block when there are fewer). A
-// claim that stayed behind until it came back short would also walk into
-// the blocks of slower claimers, which are behind too. The loop sends one
-// lease claim at a time (Traits), so only Claim's goroutine touches it.
+// the mark: a claim from the floor up to the block. While those claims
+// come back full the claims stay behind the block, resuming at the mark,
+// and go back to the block when one comes back short.
+//
+// A ticket that fails (the sequence dropped, no right to it) turns the
+// blocks off for DeepRescans Rescans; the claim goes on without them.
+// The loop sends one lease claim at a time (Traits), so only Claim's
+// goroutine touches it.
 type blocks struct {
 	on     bool  // claims take blocks: a backlog was met
+	behind bool  // the last claim behind the block came back full
 	least  int64 // the least block the next ticket may be
 	lo, hi int64 // the block: ids lo up to below hi (none while hi <= lo)
 	pos    int64 // where the next claim in the block starts
+
+	offUntil time.Time // a ticket failed: no blocks before then
 }
 
-// blocky says whether claims may take blocks: the table has a block
-// sequence (and no priority column) and the subscription takes all of it.
-func (c *claimer) blocky() bool {
+// blocky says whether claims may take blocks at now: the table has a block
+// sequence (and no priority column), the subscription takes all of it, and
+// no ticket failed lately.
+func (c *claimer) blocky(now time.Time) bool {
 	e := &c.env
-	return e.SQL.Ticket.SQL() != "" && e.Group == nil && e.Rescan > 0
+	return e.SQL.Ticket.SQL() != "" && e.Group == nil && e.Rescan > 0 && !now.Before(c.blk.offUntil)
 }
 
 // after notes a claim from the floor or the mark: a full one whose rows lie
 // within half a block starts the claims in blocks at the block of its
-// least id. Rows sparser than that would fill a block with a claim or
-// two, and each block costs a ticket.
+// least id. A claim whose rows span more (sparse ids, or more than half a
+// block of rows at once) would take a block or two a claim, each with its
+// ticket.
 func (b *blocks) after(blocky, full bool, jobs []*claim.Job) {
 	if !blocky || !full || b.on {
 		return
@@ -52,7 +61,7 @@ func (b *blocks) after(blocky, full bool, jobs []*claim.Job) {
 	if hi-lo >= dialect.BlockIDs/2 {
 		return
 	}
-	*b = blocks{on: true, least: floorDiv(lo, dialect.BlockIDs)}
+	*b = blocks{on: true, least: floorDiv(lo, dialect.BlockIDs), offUntil: b.offUntil}
 }
 
 // claim takes up to max rows from id from on, without blocks.
@@ -66,7 +75,8 @@ func (c *claimer) claim(ctx context.Context, now time.Time, max int, from int64)
 func (c *claimer) claimBehind(ctx context.Context, now time.Time, max int, from int64) ([]*claim.Job, error) {
 	e, b := &c.env, &c.blk
 	jobs, err := c.run(ctx, max, e.SQL.ClaimBlock.Call(now, e.Lease, max, e.Group, from, b.lo))
-	if err != nil || len(jobs) == max {
+	b.behind = err == nil && len(jobs) == max
+	if err != nil || b.behind {
 		return jobs, err
 	}
 	more, err := c.claimBlocks(ctx, now, max-len(jobs))
@@ -82,8 +92,8 @@ func (c *claimer) claimBlocks(ctx context.Context, now time.Time, max int) ([]*c
 	var jobs []*claim.Job
 	for fresh := false; !fresh; {
 		if b.pos >= b.hi {
-			if err := c.ticket(ctx); err != nil {
-				return jobs, err
+			if !c.ticket(ctx, now) {
+				break
 			}
 			fresh = true
 		}
@@ -106,20 +116,21 @@ func (c *claimer) claimBlocks(ctx context.Context, now time.Time, max int) ([]*c
 	return append(jobs, got...), err
 }
 
-// ticket takes the next block from the table's block sequence.
-func (c *claimer) ticket(ctx context.Context) error {
+// ticket takes the next block from the table's block sequence, and says
+// whether it got one.
+func (c *claimer) ticket(ctx context.Context, now time.Time) bool {
 	e, b := &c.env, &c.blk
 	var t int64
 	q := e.SQL.Ticket.Call(b.least)
-	if err := e.DB.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&t); err != nil {
-		return fmt.Errorf("claim from %q: take a block of ids from its block sequence: %w", e.Table.Unquoted, err)
+	err := e.DB.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&t)
+	if err != nil || t > math.MaxInt64/dialect.BlockIDs-1 || t < math.MinInt64/dialect.BlockIDs {
+		// No block (or one whose ids overflow): claims go on without.
+		b.offUntil = now.Add(claim.DeepRescans * e.Rescan)
+		return false
 	}
-	b.lo, b.hi = t*dialect.BlockIDs, math.MaxInt64
-	if t < math.MaxInt64/dialect.BlockIDs-1 {
-		b.hi = b.lo + dialect.BlockIDs
-	}
+	b.lo, b.hi = t*dialect.BlockIDs, (t+1)*dialect.BlockIDs
 	b.pos, b.least = b.lo, t+1
-	return nil
+	return true
 }
 
 // floorDiv is a/n rounded down (ids may be negative).

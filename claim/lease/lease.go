@@ -75,13 +75,13 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	var jobs []*claim.Job
 	var err error
 	switch b := &c.blk; {
-	case b.on && b.hi > b.lo && !marked:
+	case b.on && b.hi > b.lo && (!marked || b.behind):
 		jobs, err = c.claimBehind(ctx, now, max, from)
 	case b.on && marked:
 		jobs, err = c.claimBlocks(ctx, now, max)
 	default:
 		jobs, err = c.claim(ctx, now, max, from)
-		b.after(c.blocky(), err == nil && len(jobs) == max, jobs)
+		b.after(c.blocky(now), err == nil && len(jobs) == max, jobs)
 	}
 	if err != nil && len(jobs) == 0 {
 		return nil, err

@@ -171,7 +171,7 @@ func (r procsRun) fill(ctx context.Context, setup *inbox.Broker, p int) ([]strin
 	if !r.ownTables {
 		_, err := benchkit.Fill(ctx, setup.DB(), r.table, r.jobs)
 		if err == nil && r.noBlocks {
-			_, err = setup.DB().ExecContext(ctx, "DROP SEQUENCE IF EXISTS "+dialect.Quote(r.table+dialect.BlockSuffix))
+			_, err = setup.DB().ExecContext(ctx, "DROP SEQUENCE IF EXISTS "+dialect.BlockSequenceName(r.table))
 		}
 		return []string{r.table}, err
 	}

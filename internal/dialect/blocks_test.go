@@ -2,6 +2,7 @@ package dialect_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
@@ -24,7 +25,7 @@ func TestTicketKeepsToTheRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	seq, err := dialect.Of(dialect.Postgres).BlockSequence(ctx, db, "ticket_jobs")
-	if err != nil || seq != `"ticket_jobs_claim_blocks"` {
+	if err != nil || !strings.HasSuffix(seq, `."ticket_jobs_claim_blocks"`) {
 		t.Fatalf("block sequence %q, %v", seq, err)
 	}
 	q := dialect.Of(dialect.Postgres).Inbox(dialect.Table{Name: `"ticket_jobs"`, ID: `"id"`, LockedUntil: `"locked_until"`, Blocks: seq},
@@ -98,6 +99,35 @@ func TestApplyClaimBlocks(t *testing.T) {
 	}
 	if seq, err := d.BlockSequence(ctx, db, "made_jobs"); err != nil || seq != "" {
 		t.Errorf("after DROP TABLE: block sequence %q, %v; want it dropped with the table", seq, err)
+	}
+
+	// A sequence of that name that claims could not use is not taken:
+	// made by hand with the default least value 1 (tickets set it to
+	// blocks below), or left by a table renamed (it is the renamed one's).
+	for _, c := range []struct{ what, ddl string }{
+		{"made by hand", "CREATE TABLE hand_jobs (id bigint PRIMARY KEY, locked_until timestamptz, payload bytea); CREATE SEQUENCE hand_jobs_claim_blocks OWNED BY hand_jobs.id"},
+		{"a renamed table's", "CREATE TABLE old_jobs (id bigint PRIMARY KEY, locked_until timestamptz, payload bytea); CREATE SEQUENCE old_jobs_claim_blocks AS bigint MINVALUE -9223372036854775808 START WITH 0 OWNED BY old_jobs.id; ALTER TABLE old_jobs RENAME TO older_jobs; CREATE TABLE old_jobs (id bigint PRIMARY KEY, locked_until timestamptz, payload bytea)"},
+	} {
+		if _, err := db.ExecContext(ctx, c.ddl); err != nil {
+			t.Fatal(err)
+		}
+		table := strings.Fields(c.ddl)[2]
+		if seq, err := d.BlockSequence(ctx, db, table); err != nil || seq != "" {
+			t.Errorf("a sequence %s: block sequence %q, %v; want none", c.what, seq, err)
+		}
+	}
+
+	// A name whose sequence's would be cut to 63 bytes: the reference
+	// table comes without one, and asking for it says why.
+	long := strings.Repeat("j", 51)
+	if err := migrations.Apply(ctx, db, long); err != nil {
+		t.Fatalf("the reference table named %d bytes: %v", len(long), err)
+	}
+	if seq, err := d.BlockSequence(ctx, db, long); err != nil || seq != "" {
+		t.Errorf("a table named %d bytes: block sequence %q, %v; want none", len(long), seq, err)
+	}
+	if err := migrations.ApplyClaimBlocks(ctx, db, long, "id"); err == nil {
+		t.Errorf("ApplyClaimBlocks on a table named %d bytes: no error", len(long))
 	}
 
 	lite := testdb.Open(t, testdb.SQLite(t))

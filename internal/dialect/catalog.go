@@ -86,27 +86,54 @@ FROM pg_class c WHERE c.oid = to_regclass($1)`, Quote(table))
 	return one, rows.Err()
 }
 
-// BlockSequence returns the quoted name of table's block sequence (see
-// migrations.ApplyClaimBlocks) if it exists, else "". Always "" on SQLite.
+// BlockSequence returns the schema-qualified, quoted name of table's block
+// sequence (see migrations.ApplyClaimBlocks), or "" when it has none that
+// claims may use: one in the table's schema, owned by the table (a table
+// made anew under the name of a renamed one does not take the old one's),
+// of bigint values from the least, that this session may advance and set.
+// Always "" on SQLite.
 func (d *Dialect) BlockSequence(ctx context.Context, db Querier, table string) (string, error) {
-	if d.Kind != Postgres {
+	if d.Kind != Postgres || BlockSequenceName(table) == "" {
 		return "", nil
 	}
-	name := Quote(table + BlockSuffix)
-	rows, err := db.QueryContext(ctx, `SELECT 1 FROM pg_class WHERE oid = to_regclass($1) AND relkind = 'S'`, name)
+	seq := table[strings.LastIndex(table, ".")+1:] + BlockSuffix
+	rows, err := db.QueryContext(ctx, `SELECT n.nspname FROM pg_class t
+JOIN pg_class s ON s.relnamespace = t.relnamespace AND s.relname = $2 AND s.relkind = 'S'
+JOIN pg_namespace n ON n.oid = s.relnamespace
+JOIN pg_sequence q ON q.seqrelid = s.oid
+WHERE t.oid = to_regclass($1) AND q.seqtypid = 'bigint'::regtype AND q.seqmin = -9223372036854775808 AND q.seqincrement = 1
+AND EXISTS (SELECT 1 FROM pg_depend p WHERE p.classid = 'pg_class'::regclass AND p.objid = s.oid
+	AND p.refclassid = 'pg_class'::regclass AND p.refobjid = t.oid AND p.deptype = 'a')
+AND has_sequence_privilege(s.oid, 'UPDATE')`, Quote(table), seq)
 	if err != nil {
 		return "", fmt.Errorf("look for the block sequence of %q: %w", table, err)
 	}
 	defer rows.Close()
+	var schema string
 	found := rows.Next()
-	if err := rows.Close(); err != nil || !found {
+	if found {
+		if err := rows.Scan(&schema); err != nil {
+			return "", err
+		}
+	}
+	if err := rows.Close(); err != nil || !found || CheckIdent(schema) != nil {
 		return "", err
 	}
-	return name, nil
+	return Quote(schema + "." + seq), nil
 }
 
 // BlockSuffix ends the name of a table's block sequence.
 const BlockSuffix = "_claim_blocks"
+
+// BlockSequenceName is the quoted name of the block sequence of table (a
+// checked name), in its schema; "" when the name would be longer than an
+// identifier may be: Postgres would cut it, and two tables could share one.
+func BlockSequenceName(table string) string {
+	if len(table[strings.LastIndex(table, ".")+1:])+len(BlockSuffix) > MaxIdent {
+		return ""
+	}
+	return Quote(table + BlockSuffix)
+}
 
 // Indexes reads the indexes of table with their columns in order. On SQLite
 // an INTEGER PRIMARY KEY is the rowid itself and is reported as an index.

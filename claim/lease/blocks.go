@@ -24,7 +24,9 @@ import (
 // the block of a claimer that stopped) are looked for each Rescan, as with
 // the mark: a claim from the floor up to the block. While those claims
 // come back full the claims stay behind the block, resuming at the mark,
-// and go back to the block when one comes back short.
+// for up to behindRuns claims a Rescan: the blocks of slower claimers are
+// behind too, and a claimer that stayed until it came back short would
+// claim through them against their owners.
 //
 // A ticket that fails (the sequence dropped, no right to it) turns the
 // blocks off for DeepRescans Rescans; the claim goes on without them.
@@ -32,13 +34,19 @@ import (
 // goroutine touches it.
 type blocks struct {
 	on     bool  // claims take blocks: a backlog was met
-	behind bool  // the last claim behind the block came back full
+	behind int   // claims behind the block still to go in this Rescan
 	least  int64 // the least block the next ticket may be
 	lo, hi int64 // the block: ids lo up to below hi (none while hi <= lo)
 	pos    int64 // where the next claim in the block starts
 
 	offUntil time.Time // a ticket failed: no blocks before then
 }
+
+// behindRuns is how many claims behind its block a claimer sends in a
+// Rescan at most, while they come back full: with one survivor of 8
+// workers (claims of 32 rows), the rest of a stopped claimer's block (up
+// to BlockIDs rows) is taken within seven Rescans.
+const behindRuns = 5
 
 // blocky says whether claims may take blocks at now: the table has a block
 // sequence (and no priority column), the subscription takes all of it, and
@@ -71,14 +79,19 @@ func (c *claimer) claim(ctx context.Context, now time.Time, max int, from int64)
 }
 
 // claimBehind takes up to max rows from id from on below the block, and
-// the rest from the block when there were fewer.
-func (c *claimer) claimBehind(ctx context.Context, now time.Time, max int, from int64) ([]*claim.Job, error) {
+// the rest from the block when there were fewer. rescan says it is the
+// Rescan's first.
+func (c *claimer) claimBehind(ctx context.Context, now time.Time, max int, from int64, rescan bool) ([]*claim.Job, error) {
 	e, b := &c.env, &c.blk
+	if rescan {
+		b.behind = behindRuns
+	}
+	b.behind--
 	jobs, err := c.run(ctx, max, e.SQL.ClaimBlock.Call(now, e.Lease, max, e.Group, from, b.lo))
-	b.behind = err == nil && len(jobs) == max
-	if err != nil || b.behind {
+	if err != nil || len(jobs) == max {
 		return jobs, err
 	}
+	b.behind = 0
 	more, err := c.claimBlocks(ctx, now, max-len(jobs))
 	return append(jobs, more...), err
 }

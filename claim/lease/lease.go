@@ -75,8 +75,8 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	var jobs []*claim.Job
 	var err error
 	switch b := &c.blk; {
-	case b.on && b.hi > b.lo && (!marked || b.behind):
-		jobs, err = c.claimBehind(ctx, now, max, from)
+	case b.on && b.hi > b.lo && (!marked || b.behind > 0):
+		jobs, err = c.claimBehind(ctx, now, max, from, !marked)
 	case b.on && marked:
 		jobs, err = c.claimBlocks(ctx, now, max)
 	default:

@@ -26,9 +26,8 @@ func Apply(ctx context.Context, db *sql.DB, table string) error {
 	if err := applyTable(ctx, db, "inbox.sql", table); err != nil {
 		return err
 	}
-	d, err := dialect.Detect(db)
-	if err != nil || d.Kind != dialect.Postgres || dialect.BlockSequenceName(table) == "" {
-		return err
+	if dialect.BlockSequenceName(table) == "" {
+		return nil
 	}
 	return ApplyClaimBlocks(ctx, db, table, "id")
 }

@@ -167,12 +167,10 @@ func (c *LibChild) Counts() (handled, acked, claims int64) {
 	return c.handled.Load(), st.Acked, st.Claims
 }
 
-// Warm opens n connections at once and gives them back before a child says
-// ready, so it starts its drain with its pool open, as an instance that was
-// running when the backlog came has: eight children opening theirs during
-// the drain took its first 150-750 ms before their first ack, two 100 ms
-// (8x25 and 2x100, lease, 200k rows). get takes one connection and returns
-// what gives it back.
+// Warm opens n connections, holding each until all are open, and gives
+// them back before a child says ready: its drain starts with its pool open,
+// as an instance running when a backlog comes has (BENCHMARKS.md, "Claim
+// blocks"). get takes one connection and returns what gives it back.
 func Warm(n int, get func() (release func(), err error)) error {
 	var releases []func()
 	defer func() {

@@ -153,17 +153,16 @@ func TestClaimBlocksFindRowsBehind(t *testing.T) {
 }
 
 // A claimer that stops leaves the rest of its block to the others: they
-// find it behind their own blocks at a rescan and stay behind until they
-// have taken it, well before the backlog runs out.
+// find it behind their own blocks at each rescan and take it a few claims
+// a rescan, well before the backlog runs out.
 func TestClaimBlocksTakeAStoppedClaimersBlock(t *testing.T) {
 	const workers, total = 8, 24 * dialect.BlockIDs
 	s := suite{form: lease.Form, kind: postgres}
 	f := s.backlog(t, 0, total)
 	var mu sync.Mutex
-	acked, lastOfA := int64(0), int64(-1) // the last id A handled
-	perBlock := map[int64]int{}           // rows acked in each block
+	acked := int64(0)
+	perBlock := map[int64]int{} // rows acked in each block
 	watched, blockDone, blockDoneAt := int64(-1), make(chan struct{}), int64(0)
-	fourBlocks := make(chan struct{})
 	done := func(block int64) bool { return perBlock[block] == dialect.BlockIDs }
 	observe := inbox.Observe(func(e inbox.Event) {
 		if e.Outcome != inbox.Acked {
@@ -173,16 +172,15 @@ func TestClaimBlocksTakeAStoppedClaimersBlock(t *testing.T) {
 		defer mu.Unlock()
 		acked++
 		perBlock[e.ID/dialect.BlockIDs]++
-		if acked == 4*dialect.BlockIDs {
-			close(fourBlocks)
-		}
 		if watched >= 0 && e.ID/dialect.BlockIDs == watched && done(watched) {
 			blockDoneAt = acked
 			close(blockDone)
 		}
 	})
 	subscribe := func(name string, handle func(Job)) func() {
-		b := f.broker(t, f.url, inbox.MaxConns(workers+2), inbox.PollInterval(200*time.Millisecond))
+		// Rescans at a pace that takes the rest of a block (160 rows a
+		// rescan) well before one claimer of 8 no-op workers drains 24k rows.
+		b := f.broker(t, f.url, inbox.MaxConns(workers+2), inbox.PollInterval(50*time.Millisecond))
 		sub, err := inbox.Subscribe(b, f.queue, func(ctx context.Context, j Job) error {
 			handle(j)
 			return nil
@@ -192,35 +190,41 @@ func TestClaimBlocksTakeAStoppedClaimersBlock(t *testing.T) {
 		}
 		return inboxtest.RunSubscription(t, sub)
 	}
+	// A stops a tenth of the way into a block past the first (which every
+	// claimer starts from), so most of that block is left when it stops.
+	var once sync.Once
+	midBlock := make(chan int64, 1)
 	stopA := subscribe("a", func(j Job) {
-		mu.Lock()
-		lastOfA = max(lastOfA, j.ID)
-		mu.Unlock()
+		if j.ID >= dialect.BlockIDs && j.ID%dialect.BlockIDs == dialect.BlockIDs/10 {
+			once.Do(func() { midBlock <- j.ID / dialect.BlockIDs })
+		}
 	})
 	subscribe("b", func(Job) {})
+	var block int64
 	select {
-	case <-fourBlocks:
+	case block = <-midBlock:
 	case <-time.After(time.Minute):
-		t.Fatal("four blocks of rows not acked after a minute")
+		t.Fatal("a handled no row a tenth of the way into a block in a minute")
 	}
 	stopA()
 	mu.Lock()
-	watched = lastOfA / dialect.BlockIDs
-	left := dialect.BlockIDs - perBlock[watched]
-	if done(watched) {
-		mu.Unlock()
-		t.Skipf("a stopped with its block %d drained; nothing left to take", watched)
-	}
+	watched = block
+	left := dialect.BlockIDs - perBlock[block]
+	finished := done(block)
+	at := acked
 	mu.Unlock()
+	if finished {
+		t.Fatalf("a stopped with its block %d drained (%d rows acked in all): nothing was left to take", block, at)
+	}
 	select {
 	case <-blockDone:
 	case <-time.After(3 * time.Minute):
-		t.Fatalf("the rest of the stopped claimer's block %d not acked after 3 minutes", watched)
+		t.Fatalf("the rest of the stopped claimer's block %d not acked after 3 minutes", block)
 	}
 	mu.Lock()
-	at := blockDoneAt
+	at = blockDoneAt
 	mu.Unlock()
-	t.Logf("a stopped with %d rows of its block %d left", left, watched)
+	t.Logf("a stopped with %d rows of its block %d left", left, block)
 	tookEarly(t, "the rest of the stopped claimer's block", at, total)
 }
 

@@ -317,3 +317,60 @@ func (s suite) backlog(t *testing.T, first, n int) *fixture {
 	}
 	return f
 }
+
+// Claims go on without blocks where blocks would not keep claimers apart:
+// rows whose ids are sparser than half a block a claim (each block would
+// hold a claim or less), and a subscription of one group (its rows lie
+// among the other groups'). Both drain their backlog; neither takes a
+// block from the sequence.
+func TestClaimBlocksLeftAloneWhereTheyWouldNotHelp(t *testing.T) {
+	const workers, rows = 8, 2000
+	type groupJob struct {
+		ID          int64      `db:"id" inbox:"id,generated"`
+		LockedUntil *time.Time `db:"locked_until" inbox:"locked_until"`
+		Group       string     `db:"group_name" inbox:"group"`
+		Payload     []byte     `db:"payload" inbox:"payload"`
+	}
+	for _, c := range []struct {
+		name   string
+		insert string // %s the table, %d the rows
+		sub    func(b *inbox.Broker, table string, opts ...inbox.SubOption) (*inbox.Subscription, error)
+	}{
+		{"sparse ids", "INSERT INTO %s (id, payload) SELECT g * 1000, 'p' FROM generate_series(0, %d - 1) AS g",
+			func(b *inbox.Broker, table string, opts ...inbox.SubOption) (*inbox.Subscription, error) {
+				return inbox.Subscribe(b, inbox.MustQueue[Job](table), func(context.Context, Job) error { return nil }, opts...)
+			}},
+		{"one group", "INSERT INTO %s (group_name, payload) SELECT 'g', 'p' FROM generate_series(1, %d)",
+			func(b *inbox.Broker, table string, opts ...inbox.SubOption) (*inbox.Subscription, error) {
+				return inbox.Subscribe(b, inbox.MustQueue[groupJob](table).Group("g"), func(context.Context, groupJob) error { return nil }, opts...)
+			}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := suite{form: lease.Form, kind: postgres}
+			f := s.setup(t)
+			if _, err := f.db.Exec(fmt.Sprintf(c.insert, dialect.Quote(f.table), rows)); err != nil {
+				t.Fatal(err)
+			}
+			var acked atomic.Int64
+			all := make(chan struct{})
+			b := f.broker(t, f.url, inbox.MaxConns(workers+2))
+			sub, err := c.sub(b, f.table, inbox.Form(s.form), inbox.Workers(workers), inbox.Observe(func(e inbox.Event) {
+				if e.Outcome == inbox.Acked && acked.Add(1) == rows {
+					close(all)
+				}
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			inboxtest.RunSubscription(t, sub)
+			select {
+			case <-all:
+			case <-time.After(time.Minute):
+				t.Fatalf("%d of %d rows acked after a minute", acked.Load(), rows)
+			}
+			if f.ticketed(t) {
+				t.Errorf("%s: the claims took a block from the sequence", c.name)
+			}
+		})
+	}
+}

@@ -297,8 +297,9 @@ SELECT id, locked, pri FROM walk WHERE steps > 0`,
 			// when it is behind it (a table whose ids went up while no claim
 			// took blocks) or past every row (tickets taken as the last
 			// backlog ran out), so no block of rows is passed over. Two
-			// claimers that set it at once share that block; every later
-			// ticket is apart.
+			// claimers that set it at once share that block, and a setting
+			// back as a backlog runs out gives its last claimers blocks
+			// already out: they share those rows' claims, as without blocks.
 			s.Ticket = TicketSQL{x(fmt.Sprintf("SELECT CASE WHEN v < $1::bigint OR v::numeric * %[3]d > (SELECT max(%[2]s) FROM %[4]s) THEN setval('%[1]s', $1::bigint) ELSE v END FROM nextval('%[1]s') AS v",
 				t.Blocks, t.ID, BlockIDs, t.Name))}
 		}

@@ -56,19 +56,17 @@ func (c *claimer) blocky(now time.Time) bool {
 	return e.SQL.Ticket.SQL() != "" && e.Group == nil && e.Rescan > 0 && !now.Before(c.blk.offUntil)
 }
 
-// after notes a claim from the floor or the mark: a full one whose rows lie
-// within half a block starts the claims in blocks at the block of its
-// least id. A claim whose rows span more (sparse ids, or more than half a
-// block of rows at once) would take a block or two a claim, each with its
-// ticket.
+// after notes a claim from the floor or the mark: a full one whose rows are
+// dense starts the claims in blocks at the block of its least id. Dense
+// means at least two rows (one row spans no ids and says nothing of the
+// ids between rows), lying within half a block, close enough that a block
+// would hold minBlockRows rows like them. Sparser rows would take a block
+// or more a claim, each with its ticket.
 func (b *blocks) after(blocky, full bool, jobs []*claim.Job) {
-	if !blocky || !full || b.on {
+	if !blocky || !full || b.on || !dense(jobs) {
 		return
 	}
-	lo, hi := span(jobs)
-	if hi-lo >= dialect.BlockIDs/2 {
-		return
-	}
+	lo, _ := span(jobs)
 	*b = blocks{on: true, least: floorDiv(lo, dialect.BlockIDs), offUntil: b.offUntil}
 }
 
@@ -144,6 +142,21 @@ func (c *claimer) ticket(ctx context.Context, now time.Time) bool {
 	b.lo, b.hi = t*dialect.BlockIDs, (t+1)*dialect.BlockIDs
 	b.pos, b.least = b.lo, t+1
 	return true
+}
+
+// minBlockRows is the fewest rows a block must be expected to hold for its
+// ticket to be worth a statement.
+const minBlockRows = 64
+
+// dense says whether the ids of jobs lie close enough for claims in blocks.
+func dense(jobs []*claim.Job) bool {
+	n := int64(len(jobs))
+	if n < 2 {
+		return false
+	}
+	lo, hi := span(jobs)
+	ids := hi - lo + 1
+	return ids <= dialect.BlockIDs/2 && ids*minBlockRows <= n*dialect.BlockIDs
 }
 
 // floorDiv is a/n rounded down (ids may be negative).

@@ -8,9 +8,12 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/claim/lease"
+	"github.com/sqlinbox/sqlinbox/claim/rowlock"
 	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/internal/claim"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
 
 // TestSettlement is the settlement conformance suite: every form, on every
@@ -186,15 +189,20 @@ func (st *settling) ackAfterLost(t *testing.T) {
 		}
 		select {
 		case <-h.Hold().Done():
-			if !errors.Is(context.Cause(h.Hold()), claim.ErrHoldLost) {
+			if !errors.Is(context.Cause(h.Hold()), inboxtype.ErrHoldLost) {
 				t.Fatalf("Hold ended with %v, want ErrHoldLost", context.Cause(h.Hold()))
 			}
 		case <-time.After(30 * time.Second):
 			t.Fatal("the hold's end was not told within 30s")
 		}
 	}
-	if err := j.Ack(ctx); !errors.Is(err, claim.ErrLost) {
+	err := j.Ack(ctx)
+	if !errors.Is(err, claim.ErrLost) {
 		t.Fatalf("Ack after the hold was lost: %v, want ErrLost", err)
+	}
+	// The row lock's ack says why, with the one value users test for.
+	if st.s.form == rowlock.Form && !errors.Is(err, inbox.ErrHoldLost) {
+		t.Fatalf("Ack after the hold was lost: %v, want inbox.ErrHoldLost", err)
 	}
 	if _, _, ok := st.row(t, j.ID); !ok {
 		t.Fatal("an ack after the hold was lost deleted the row")

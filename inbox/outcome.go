@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/internal/engine"
+	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
 
 // Handler handles one row. Returning nil acknowledges (deletes) the row;
@@ -70,47 +71,51 @@ func (e *SnoozeError) Error() string { return fmt.Sprintf("snoozed for %v", e.De
 // ErrLeaseLost is the cause of a handler's context when its row's lease was
 // taken over (it ran past its lease and could not extend it): its ack will
 // change nothing, and the row is someone else's now.
-var ErrLeaseLost = engine.ErrLeaseLost
+var ErrLeaseLost = inboxtype.ErrLeaseLost
 
 // ErrHoldLost is the cause of a handler's context when the connection that
 // held its row ended (row-lock and advisory forms: a terminated backend, a
 // database restart, a network cut): the row is free for another claimer,
-// and the handler's outcome will change nothing.
-var ErrHoldLost = engine.ErrHoldLost
+// and the handler's outcome will change nothing. A settlement that failed
+// for that reason wraps it too, so errors.Is(Event.Err, ErrHoldLost) holds.
+var ErrHoldLost = inboxtype.ErrHoldLost
 
 // ErrTimeout is the cause of a handler's context when it ran past Timeout.
-var ErrTimeout = engine.ErrTimeout
+var ErrTimeout = inboxtype.ErrTimeout
 
-// Outcome is how a handling ended.
-type Outcome string
+// Outcome is how a handling ended: one of Acked, Retried, Parked, Snoozed,
+// Lost, Released or Failed.
+type Outcome = inboxtype.Outcome
 
-// The outcomes an Event reports: the engine's values, so the two cannot
-// drift apart.
+// The outcomes an Event reports.
 const (
-	Acked    = Outcome(engine.Acked)    // handled; the row is deleted
-	Retried  = Outcome(engine.Retried)  // failed; the row comes back after a backoff
-	Parked   = Outcome(engine.Parked)   // failed its last attempt, or its handler asked; the row is set aside
-	Snoozed  = Outcome(engine.Snoozed)  // its handler asked to come back later; no attempt used
-	Lost     = Outcome(engine.Lost)     // the lease or hold was lost; the outcome changed nothing
-	Released = Outcome(engine.Released) // claimed at shutdown and given back unstarted
-	Failed   = Outcome(engine.Failed)   // the settlement itself failed (Err says why); the row comes back after its lease
+	Acked    Outcome = inboxtype.Acked    // handled; the row is deleted
+	Retried  Outcome = inboxtype.Retried  // failed; the row comes back after a backoff
+	Parked   Outcome = inboxtype.Parked   // failed its last attempt, or its handler asked; the row is set aside
+	Snoozed  Outcome = inboxtype.Snoozed  // its handler asked to come back later; no attempt used
+	Lost     Outcome = inboxtype.Lost     // the lease or hold was lost; the outcome changed nothing
+	Released Outcome = inboxtype.Released // claimed at shutdown and given back unstarted
+	Failed   Outcome = inboxtype.Failed   // the settlement itself failed (Err says why); the row comes back after its lease
 )
 
-// Event is one handling of one row, reported to Observe.
-type Event struct {
-	Subscription string
-	ID           int64
-	// Attempt is this handling's attempt: the row's claims so far, this
-	// one included, as the claim counted them in the attempts column (a
-	// claim whose process died counts too; a snooze or a release gives its
-	// attempt back). 1 where the table has no attempts column.
-	Attempt    int
-	Start, End time.Time
-	Outcome    Outcome
-	// Err is the handler's error, nil when it succeeded; for Failed, the
-	// settlement's error too.
-	Err error
-}
+// Event is one handling of one row, reported to Observe and to
+// Hooks.Handled:
+//
+//	type Event struct {
+//		Subscription string
+//		ID           int64
+//		// Attempt is this handling's attempt: the row's claims so far, this
+//		// one included, as the claim counted them in the attempts column (a
+//		// claim whose process died counts too; a snooze or a release gives its
+//		// attempt back). 1 where the table has no attempts column.
+//		Attempt    int
+//		Start, End time.Time
+//		Outcome    Outcome
+//		// Err is the handler's error, nil when it succeeded; for Failed, the
+//		// settlement's error too.
+//		Err error
+//	}
+type Event = inboxtype.Event
 
 // DefaultBackoff is one second doubled per failure, capped at MaxBackoff.
 // A subscription without a Backoff option waits that less a jitter of up

@@ -12,6 +12,7 @@ import (
 	iclaim "github.com/sqlinbox/sqlinbox/internal/claim"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 	"github.com/sqlinbox/sqlinbox/internal/engine"
+	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 	"github.com/sqlinbox/sqlinbox/notify"
 )
 
@@ -196,21 +197,23 @@ type Subscription struct {
 // to fire is armed.
 func (s *Subscription) WaitIdle(ctx context.Context) error { return s.idle.Wait(ctx) }
 
-// Stats counts what a subscription has done since it started.
-type Stats struct {
-	Claims   int64 // claim statements sent
-	Claimed  int64 // rows claimed
-	Acked    int64
-	Retried  int64
-	Parked   int64
-	Snoozed  int64
-	Lost     int64 // rows whose lease or hold was lost while in work
-	Released int64 // rows given back unstarted (at shutdown; a claim's spare rows also at a pause, or when one waited two thirds of its lease)
-	Failed   int64 // settlements that failed (the row comes back after its lease)
-}
+// Stats counts what a subscription has done since it started:
+//
+//	type Stats struct {
+//		Claims   int64 // claim statements sent
+//		Claimed  int64 // rows claimed
+//		Acked    int64
+//		Retried  int64
+//		Parked   int64
+//		Snoozed  int64
+//		Lost     int64 // rows whose lease or hold was lost while in work
+//		Released int64 // rows given back unstarted (at shutdown; a claim's spare rows also at a pause, or when one waited two thirds of its lease)
+//		Failed   int64 // settlements that failed (the row comes back after its lease)
+//	}
+type Stats = inboxtype.Stats
 
 // Stats returns the subscription's counters.
-func (s *Subscription) Stats() Stats { return Stats(s.stats.Read()) }
+func (s *Subscription) Stats() Stats { return s.stats.Read() }
 
 // Subscribe makes a subscription of handler h to queue q. It checks what it
 // can without the database (the options, and that the form serves the
@@ -352,10 +355,6 @@ func (s *Subscription) engineConfig(wakes <-chan struct{}) engine.Config {
 	c.Judge = judge
 	c.Paused = s.paused
 	c.Unreachable = unreachable
-	if observe := s.cfg.observe; observe != nil {
-		c.Observe = func(e engine.Event) {
-			observe(Event{Subscription: e.Subscription, ID: e.ID, Attempt: e.Attempt, Start: e.Start, End: e.End, Outcome: Outcome(e.Outcome), Err: e.Err})
-		}
-	}
+	c.Observe = s.cfg.observe
 	return c
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/sqlinbox/sqlinbox/internal/claim"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
 
 // settleTimeout bounds the statement that settles a row (database/sql's
@@ -263,7 +264,7 @@ func (h *hold) settle(ctx context.Context, what string, q dialect.Call) error {
 	h.watch.Pause()
 	if h.watch.Lost() {
 		h.end(false)
-		return fmt.Errorf("%s row %d of %q (rowlock): %w: %w", what, h.id, e.Table.Unquoted, claim.ErrLost, claim.ErrHoldLost)
+		return fmt.Errorf("%s row %d of %q (rowlock): %w: %w", what, h.id, e.Table.Unquoted, claim.ErrLost, inboxtype.ErrHoldLost)
 	}
 	if q.SQL == "" {
 		h.end(false)

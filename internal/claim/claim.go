@@ -104,14 +104,11 @@ type Forgetter interface {
 // Holder is a Settler whose hold can end without its holder's doing: the
 // row lock's transaction or the advisory lock's session ends with its
 // connection (a terminated backend, a restart, a network cut). Hold's
-// context ends, with ErrHoldLost as its cause, once the form sees the
+// context ends, with inboxtype.ErrHoldLost as its cause, once the form sees the
 // connection end; from then on another claimer may take the row.
 type Holder interface {
 	Hold() context.Context
 }
-
-// ErrHoldLost is the cause of a Holder's context once its connection ended.
-var ErrHoldLost = errors.New("the connection holding the row ended")
 
 // ErrLost is returned when a row's lease was taken over or the row is gone:
 // the holder no longer holds it and its settlement changed nothing.

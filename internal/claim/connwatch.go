@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
 
 // ConnWatch tells when a connection a form holds between statements ends:
@@ -65,7 +66,7 @@ func (w *ConnWatch) Start() {
 			}
 		})
 		if err != nil && ctx.Err() == nil {
-			w.lose(ErrHoldLost)
+			w.lose(inboxtype.ErrHoldLost)
 		}
 	}()
 }

@@ -1,6 +1,10 @@
 package engine
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
+)
 
 // Counters count what a subscription has done; the claim loop, the
 // workers, the watches and settlement each add to them.
@@ -8,13 +12,8 @@ type Counters struct {
 	claims, claimed, acked, retried, parked, snoozed, lost, released, failed atomic.Int64
 }
 
-// Counts is a reading of Counters (inbox.Stats, field for field).
-type Counts struct {
-	Claims, Claimed, Acked, Retried, Parked, Snoozed, Lost, Released, Failed int64
-}
-
 // Read returns the counts so far.
-func (c *Counters) Read() Counts {
-	return Counts{Claims: c.claims.Load(), Claimed: c.claimed.Load(), Acked: c.acked.Load(), Retried: c.retried.Load(),
+func (c *Counters) Read() inboxtype.Stats {
+	return inboxtype.Stats{Claims: c.claims.Load(), Claimed: c.claimed.Load(), Acked: c.acked.Load(), Retried: c.retried.Load(),
 		Parked: c.parked.Load(), Snoozed: c.snoozed.Load(), Lost: c.lost.Load(), Released: c.released.Load(), Failed: c.failed.Load()}
 }

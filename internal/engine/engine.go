@@ -11,7 +11,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -20,38 +19,8 @@ import (
 
 	"github.com/sqlinbox/sqlinbox/clock"
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
-
-// The causes a handler's context ends with; package inbox exports them.
-var (
-	ErrTimeout   = errors.New("inbox: handler timed out")
-	ErrLeaseLost = errors.New("inbox: lease lost")
-	ErrHoldLost  = errors.New("inbox: the connection holding the row ended")
-)
-
-// Outcome is how a handling ended (package inbox names the values).
-type Outcome string
-
-// The outcomes an Event reports.
-const (
-	Acked    Outcome = "acked"
-	Retried  Outcome = "retried"
-	Parked   Outcome = "parked"
-	Snoozed  Outcome = "snoozed"
-	Lost     Outcome = "lost"
-	Released Outcome = "released"
-	Failed   Outcome = "failed"
-)
-
-// Event is one handling of one row (inbox.Event, field for field).
-type Event struct {
-	Subscription string
-	ID           int64
-	Attempt      int
-	Start, End   time.Time
-	Outcome      Outcome
-	Err          error
-}
 
 // Verdict is what a handler's error asks for.
 type Verdict int
@@ -76,7 +45,7 @@ type Callbacks struct {
 	// RetryAfter and Snooze.
 	Judge func(err error) (Verdict, time.Duration)
 	// Observe, when set, gets each settled handling.
-	Observe func(Event)
+	Observe func(inboxtype.Event)
 	// Paused, when set, says the subscription's queue is paused now: rows
 	// a claim took beyond its free workers are given back, not started.
 	Paused func() bool

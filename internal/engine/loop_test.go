@@ -10,6 +10,7 @@ import (
 
 	"github.com/sqlinbox/sqlinbox/clock"
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
 
 // failingClaimer fails its first claims, then gives one row a claim.
@@ -42,15 +43,15 @@ func (ackStub) Ack(context.Context) error { return nil }
 
 // runEngine runs an engine over c with a poll of an hour until the test
 // ends, and returns its wakes and its events.
-func runEngine(t *testing.T, c claim.Claimer, unreachable func(error) bool) (wakes chan struct{}, events chan Event) {
-	wakes, events = make(chan struct{}, 1), make(chan Event, 8)
+func runEngine(t *testing.T, c claim.Claimer, unreachable func(error) bool) (wakes chan struct{}, events chan inboxtype.Event) {
+	wakes, events = make(chan struct{}, 1), make(chan inboxtype.Event, 8)
 	clk := clock.Host{}
 	e := New(Config{Name: "test", Table: "jobs", Workers: 2, MaxAttempts: 25, Lease: time.Minute, Timeout: time.Minute,
 		Shutdown: time.Second, Poll: time.Hour, Conns: 4, Clock: clk, Log: slog.New(slog.DiscardHandler), Claimer: c, Wakes: wakes,
 		Counters: &Counters{}, Idle: NewIdle(clk), Callbacks: Callbacks{
 			Handle: func(context.Context, *claim.Job) error { return nil }, Prepare: func(*claim.Job) {},
 			Judge:   func(error) (Verdict, time.Duration) { return Retry, 0 },
-			Observe: func(ev Event) { events <- ev }, Unreachable: unreachable}})
+			Observe: func(ev inboxtype.Event) { events <- ev }, Unreachable: unreachable}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { e.Run(ctx); close(done) }()
@@ -67,7 +68,7 @@ func TestFailedClaimsBackOffFrom100ms(t *testing.T) {
 	wakes <- struct{}{} // during the first backoff
 	select {
 	case ev := <-events:
-		if ev.Outcome != Acked {
+		if ev.Outcome != inboxtype.Acked {
 			t.Fatalf("event %+v, want the row acked", ev)
 		}
 	case <-time.After(30 * time.Second):

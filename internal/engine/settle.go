@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
 
 // settleTries is how often a settlement that failed on a dead connection is
@@ -42,7 +43,7 @@ func (e *Engine) again(f func() error) error {
 func (e *Engine) settleHandling(h *handling) {
 	var serr error
 	h.ev.Outcome, serr = e.settle(h.j, h.err, h.lost)
-	if h.ev.Outcome == Failed {
+	if h.ev.Outcome == inboxtype.Failed {
 		h.ev.Err = errors.Join(h.ev.Err, serr)
 	}
 	e.report(&h.ev)
@@ -50,10 +51,10 @@ func (e *Engine) settleHandling(h *handling) {
 
 // reportAck counts and reports an ack the form answered on its own.
 func (e *Engine) reportAck(h *handling, err error) {
-	h.ev.Outcome = Acked
+	h.ev.Outcome = inboxtype.Acked
 	if err != nil {
 		h.ev.Outcome = e.settleFailed(h.j, "ack", err)
-		if h.ev.Outcome == Failed {
+		if h.ev.Outcome == inboxtype.Failed {
 			h.ev.Err = err
 		}
 	} else {
@@ -62,7 +63,7 @@ func (e *Engine) reportAck(h *handling, err error) {
 	e.report(&h.ev)
 }
 
-func (e *Engine) report(ev *Event) {
+func (e *Engine) report(ev *inboxtype.Event) {
 	if e.cfg.Observe != nil {
 		ev.End = e.cfg.Clock.Now()
 		e.cfg.Observe(*ev)
@@ -71,12 +72,12 @@ func (e *Engine) report(ev *Event) {
 
 // settle acks, retries, parks or snoozes a job whose handler returned err,
 // and returns the outcome, with the settlement's error when it failed.
-func (e *Engine) settle(j *claim.Job, err error, lost bool) (Outcome, error) {
+func (e *Engine) settle(j *claim.Job, err error, lost bool) (inboxtype.Outcome, error) {
 	if lost {
 		if f, ok := j.Settler.(claim.Forgetter); ok {
 			f.Forget() // never settled: the form stops counting it in work
 		}
-		return Lost, nil
+		return inboxtype.Lost, nil
 	}
 	if err == nil {
 		// Every form bounds its own ack (claim.Settler): no timer a job here.
@@ -84,7 +85,7 @@ func (e *Engine) settle(j *claim.Job, err error, lost bool) (Outcome, error) {
 			return e.settleFailed(j, "ack", serr), serr
 		}
 		e.stats.acked.Add(1)
-		return Acked, nil
+		return inboxtype.Acked, nil
 	}
 	sctx, scancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer scancel()
@@ -96,14 +97,14 @@ func (e *Engine) settle(j *claim.Job, err error, lost bool) (Outcome, error) {
 			return e.settleFailed(j, "snooze", serr), serr
 		}
 		e.stats.snoozed.Add(1)
-		return Snoozed, nil
+		return inboxtype.Snoozed, nil
 	case verdict == Park || e.cfg.Counts && attempt >= e.cfg.MaxAttempts:
 		if serr := e.again(func() error { return j.Park(sctx, err.Error()) }); serr != nil {
 			return e.settleFailed(j, "park", serr), serr
 		}
 		e.stats.parked.Add(1)
 		e.logger().Warn("inbox: row parked", "table", e.cfg.Table, "id", j.ID, "attempts", attempt, "err", err)
-		return Parked, nil
+		return inboxtype.Parked, nil
 	case verdict == Retry:
 		delay = e.backoff(j.ID, attempt)
 	}
@@ -112,7 +113,7 @@ func (e *Engine) settle(j *claim.Job, err error, lost bool) (Outcome, error) {
 	}
 	e.stats.retried.Add(1)
 	e.logger().Debug("inbox: handler failed; row retried", "table", e.cfg.Table, "id", j.ID, "attempt", attempt, "delay", delay, "err", err)
-	return Retried, nil
+	return inboxtype.Retried, nil
 }
 
 // backoff is the delay after a failed attempt.
@@ -126,15 +127,15 @@ func (e *Engine) backoff(id int64, attempt int) time.Duration {
 // MaxBackoff caps the default backoff (inbox.MaxBackoff).
 const MaxBackoff = 10 * time.Minute
 
-func (e *Engine) settleFailed(j *claim.Job, what string, err error) Outcome {
+func (e *Engine) settleFailed(j *claim.Job, what string, err error) inboxtype.Outcome {
 	if errors.Is(err, claim.ErrLost) {
 		e.stats.lost.Add(1)
 		e.logger().Warn("inbox: claim lost before "+what+" (its lease was taken over, or the connection holding it ended); the row is someone else's now and this outcome changes nothing", "table", e.cfg.Table, "id", j.ID, "err", err)
-		return Lost
+		return inboxtype.Lost
 	}
 	e.stats.failed.Add(1)
 	e.logger().Error("inbox: "+what+" failed; the row comes back after its lease", "table", e.cfg.Table, "id", j.ID, "err", err)
-	return Failed
+	return inboxtype.Failed
 }
 
 // release gives back a row unstarted (at the stop, or a spare row that may
@@ -149,6 +150,6 @@ func (e *Engine) release(parent context.Context, j *claim.Job) {
 	e.stats.released.Add(1)
 	if e.cfg.Observe != nil {
 		now := e.cfg.Clock.Now()
-		e.cfg.Observe(Event{Subscription: e.cfg.Name, ID: j.ID, Attempt: max(j.Attempts, 1), Start: now, End: now, Outcome: Released})
+		e.cfg.Observe(inboxtype.Event{Subscription: e.cfg.Name, ID: j.ID, Attempt: max(j.Attempts, 1), Start: now, End: now, Outcome: inboxtype.Released})
 	}
 }

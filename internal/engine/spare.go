@@ -7,6 +7,7 @@ import (
 
 	"github.com/sqlinbox/sqlinbox/internal/claim"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
 
 // claimBatch is the most rows a claim takes under a backlog, on Postgres,
@@ -138,8 +139,8 @@ func (e *Engine) putBack(ts []task) {
 	for _, t := range ts {
 		j := t.j
 		if h, ok := j.Settler.(claim.Holder); ok && h.Hold().Err() != nil {
-			e.settleHandling(&handling{j: j, lost: true, ev: Event{Subscription: e.cfg.Name, ID: j.ID,
-				Attempt: max(j.Attempts, 1), Start: e.cfg.Clock.Now(), Err: ErrHoldLost}})
+			e.settleHandling(&handling{j: j, lost: true, ev: inboxtype.Event{Subscription: e.cfg.Name, ID: j.ID,
+				Attempt: max(j.Attempts, 1), Start: e.cfg.Clock.Now(), Err: inboxtype.ErrHoldLost}})
 			e.stats.lost.Add(1)
 			continue
 		}

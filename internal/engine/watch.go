@@ -9,6 +9,7 @@ import (
 
 	"github.com/sqlinbox/sqlinbox/clock"
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
 
 // settleTimeout bounds a settlement statement, which must not be cut short
@@ -133,7 +134,7 @@ func (w *watch) fire(gen int) {
 	if !w.deadline.IsZero() && !now.Before(w.deadline) {
 		w.deadline = time.Time{}
 		w.extendAt = time.Time{} // no more extensions; one in flight is awaited
-		w.cancel(fmt.Errorf("%w after %v", ErrTimeout, w.e.cfg.Timeout))
+		w.cancel(fmt.Errorf("%w after %v", inboxtype.ErrTimeout, w.e.cfg.Timeout))
 	}
 	if w.leased && !w.lost && !now.Before(w.expires) {
 		// Even with an extension in flight: from now on another claimer may
@@ -191,7 +192,7 @@ func (w *watch) loseLease(why string, err error) {
 	w.e.stats.lost.Add(1)
 	w.e.guard.overran(w.j.ID)
 	w.e.logger().Warn("inbox: "+why+"; the handler is told and its outcome will change nothing", "table", w.e.cfg.Table, "id", w.j.ID, "err", err)
-	w.cancel(ErrLeaseLost)
+	w.cancel(inboxtype.ErrLeaseLost)
 }
 
 // loseHold tells the handler of j that the connection holding its row
@@ -207,7 +208,7 @@ func (w *watch) loseHold(j *claim.Job) {
 	w.e.stats.lost.Add(1)
 	w.e.guard.overran(w.j.ID)
 	w.e.logger().Warn("inbox: the connection holding the row ended; the handler is told and its outcome will change nothing", "table", w.e.cfg.Table, "id", w.j.ID)
-	w.cancel(ErrHoldLost)
+	w.cancel(inboxtype.ErrHoldLost)
 }
 
 // finish ends the watch of a handler that has returned: it waits for an

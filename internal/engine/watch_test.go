@@ -10,6 +10,7 @@ import (
 
 	"github.com/sqlinbox/sqlinbox/clock"
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
 
 // opts are a test engine's lease and timeout; zero means 30s and a minute.
@@ -107,7 +108,7 @@ func TestLeaseRunsOutWhileExtensionsFail(t *testing.T) {
 	}
 	waitNext(t, clk, start.Add(9*time.Second), "the lease's end")
 	clk.Advance(1500 * time.Millisecond) // the lease's end
-	waitCause(t, causes, ErrLeaseLost, "the lease ran out")
+	waitCause(t, causes, inboxtype.ErrLeaseLost, "the lease ran out")
 	close(release)
 	if h := <-result; !h.lost {
 		t.Fatal("a handling whose lease ran out is not reported lost")
@@ -120,7 +121,7 @@ func TestTimeoutEndsExtensions(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	extends, causes, release, result := watched(t, clk, opts{lease: 9 * time.Second, timeout: 5 * time.Second})
 	clk.Advance(5 * time.Second)
-	waitCause(t, causes, ErrTimeout, "the timeout passed")
+	waitCause(t, causes, inboxtype.ErrTimeout, "the timeout passed")
 	waitNext(t, clk, clk.Now().Add(4*time.Second), "the lease's end, and no extension before it")
 	clk.Advance(2 * time.Second) // past the extension's time
 	// A fired timer's function runs on a goroutine of its own: give a wrong
@@ -132,7 +133,7 @@ func TestTimeoutEndsExtensions(t *testing.T) {
 	}
 	close(release)
 	h := <-result
-	if !errors.Is(h.err, ErrTimeout) || h.lost {
+	if !errors.Is(h.err, inboxtype.ErrTimeout) || h.lost {
 		t.Fatalf("handling ended with err %v, lost %v; want ErrTimeout, not lost", h.err, h.lost)
 	}
 }
@@ -190,7 +191,7 @@ func TestLeaseRunsOutWhileExtensionStalls(t *testing.T) {
 	waitNext(t, fake, start.Add(9*time.Second), "the lease's end, with the extension in flight")
 	armed := clk.n.Load()
 	fake.Advance(3 * time.Second)
-	waitCause(t, causes, ErrLeaseLost, "the lease ran out with its extension in flight")
+	waitCause(t, causes, inboxtype.ErrLeaseLost, "the lease ran out with its extension in flight")
 	waitNext(t, fake, start.Add(time.Minute), "the timeout alone")
 	if n := clk.n.Load() - armed; n > 2 {
 		t.Fatalf("%d timers armed after the lease's end: the watch re-arms for a time already past", n)
@@ -299,7 +300,7 @@ func TestWatchOnAFakeClockStopsItsTimer(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	_, causes, release, result := watched(t, clk, opts{lease: 9 * time.Second, timeout: 5 * time.Second})
 	clk.Advance(5 * time.Second) // the handler returns once its context ends
-	waitCause(t, causes, ErrTimeout, "the timeout passed")
+	waitCause(t, causes, inboxtype.ErrTimeout, "the timeout passed")
 	close(release)
 	<-result
 	if n := clk.Pending(); n != 0 {
@@ -330,7 +331,7 @@ func TestLateHoldLostOfAnEarlierJobLeavesTheNextAlone(t *testing.T) {
 	w.begin(job(), cancel2, now, now)
 	j := w.j
 	w.loseHold(j)
-	if !errors.Is(context.Cause(ctx2), ErrHoldLost) {
+	if !errors.Is(context.Cause(ctx2), inboxtype.ErrHoldLost) {
 		t.Fatalf("a job's own hold-lost callback ended its context with %v, want ErrHoldLost", context.Cause(ctx2))
 	}
 	w.finish()

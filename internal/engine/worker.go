@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
 
 // task is one claimed job handed to a worker goroutine.
@@ -261,7 +262,7 @@ type handling struct {
 	j    *claim.Job
 	err  error // the handler's
 	lost bool  // the lease or hold was lost while the handler ran
-	ev   Event
+	ev   inboxtype.Event
 }
 
 // work runs the handler on one job, on the calling goroutine, while the
@@ -272,7 +273,7 @@ func (e *Engine) work(ctx context.Context, w *watch, j *claim.Job, claimedAt tim
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	now := e.cfg.Clock.Now()
-	h := handling{j: j, ev: Event{Subscription: e.cfg.Name, ID: j.ID, Attempt: max(j.Attempts, 1), Start: now, Outcome: Failed}}
+	h := handling{j: j, ev: inboxtype.Event{Subscription: e.cfg.Name, ID: j.ID, Attempt: max(j.Attempts, 1), Start: now, Outcome: inboxtype.Failed}}
 	e.cfg.Prepare(j)
 
 	// The watch first, then the handler: a test on a fake clock that sees
@@ -292,7 +293,7 @@ func (e *Engine) work(ctx context.Context, w *watch, j *claim.Job, claimedAt tim
 		err = e.call(hctx, j)
 	}
 	h.lost = w.finish()
-	if cause := context.Cause(hctx); err != nil && errors.Is(cause, ErrTimeout) {
+	if cause := context.Cause(hctx); err != nil && errors.Is(cause, inboxtype.ErrTimeout) {
 		if err != cause && !errors.Is(err, context.Canceled) {
 			// The handler's own error, beside the timeout; one that is the
 			// context's error says nothing more.

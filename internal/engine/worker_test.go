@@ -11,6 +11,7 @@ import (
 
 	"github.com/sqlinbox/sqlinbox/clock"
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
 
 // endlessClaimer gives every claim all the rows it asks for, each acked by
@@ -86,7 +87,7 @@ func (a asyncAck) AckAsync(done func(error))     { a.acks.add(done) }
 // runEndless runs an engine of the given workers over endless rows acked
 // by acks, counting handlings into handled (and calling each, when set,
 // with the count), until the test ends.
-func runEndless(t *testing.T, workers int, acks *heldAcks, handled *atomic.Int64, each func(int64), unreachable func(error) bool, observe func(Event)) {
+func runEndless(t *testing.T, workers int, acks *heldAcks, handled *atomic.Int64, each func(int64), unreachable func(error) bool, observe func(inboxtype.Event)) {
 	clk := clock.Host{}
 	e := New(Config{Name: "test", Table: "jobs", Workers: workers, MaxAttempts: 25, Lease: time.Minute, Timeout: time.Minute,
 		Shutdown: 10 * time.Second, Poll: time.Hour, Conns: 4, Clock: clk, Log: slog.New(slog.DiscardHandler),
@@ -120,7 +121,7 @@ func TestAcksInFlightBeyondTheWorkers(t *testing.T) {
 		if n == int64(bound+workers) {
 			close(stalled)
 		}
-	}, func(error) bool { return false }, func(Event) {})
+	}, func(error) bool { return false }, func(inboxtype.Event) {})
 	for _, c := range []chan struct{}{acks.reached, stalled} {
 		select {
 		case <-c:
@@ -143,8 +144,8 @@ func TestAcksSentAgainGiveTheirSlotsBack(t *testing.T) {
 	var handled, acked atomic.Int64
 	want := int64(20 * (workers + ackRoom(workers)))
 	enough := make(chan struct{})
-	runEndless(t, workers, acks, &handled, nil, func(err error) bool { return errors.Is(err, dead) }, func(ev Event) {
-		if ev.Outcome == Acked && acked.Add(1) == want {
+	runEndless(t, workers, acks, &handled, nil, func(err error) bool { return errors.Is(err, dead) }, func(ev inboxtype.Event) {
+		if ev.Outcome == inboxtype.Acked && acked.Add(1) == want {
 			close(enough)
 		}
 	})

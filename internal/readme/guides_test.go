@@ -158,4 +158,3 @@ func TestPostgresGuideSamples(t *testing.T) {
 		}
 	})
 }
-

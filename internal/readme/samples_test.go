@@ -14,7 +14,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/schedule"
 )
 
-// README, "The table".
+// The struct of the invoice samples (docs/testing.md and the examples).
 type RenderInvoice struct {
 	ID          int64      `db:"id" inbox:"id,generated"`
 	LockedUntil *time.Time `db:"locked_until" inbox:"locked_until"`
@@ -34,7 +34,7 @@ func render(ctx context.Context, payload []byte) error {
 	}
 }
 
-// README, "A service".
+// A service on the reference table.
 func runService(ctx context.Context, dbURL string) error {
 	b, err := inbox.Open(dbURL, inbox.PollInterval(250*time.Millisecond)) // e.g. "sqlite:///var/lib/app/jobs.db"
 	if err != nil {
@@ -54,19 +54,19 @@ func runService(ctx context.Context, dbURL string) error {
 	return svc.Run(ctx) // until ctx ends, or SIGINT/SIGTERM
 }
 
-// README, "Picking a claim form".
+// docs/claim-forms.md.
 func subscribeRowLock(b *inbox.Broker, q inbox.Queue[RenderInvoice], handle inbox.Handler[RenderInvoice]) (*inbox.Subscription, error) {
 	sub, err := inbox.Subscribe(b, q, handle, inbox.Form(rowlock.Form), inbox.Workers(8))
 	return sub, err
 }
 
-// README, "Wake-ups".
+// docs/instances.md, "Notifications".
 func installTrigger(ctx context.Context, db *sql.DB) error {
 	err := migrations.ApplyNotifyTrigger(ctx, db, "invoice_jobs") // one NOTIFY per INSERT statement
 	return err
 }
 
-// README, "Locks".
+// docs/locks.md.
 func takeLock(ctx context.Context, db *sql.DB) error {
 	store, err := lock.NewSQL(ctx, db) // after migrations.ApplyLocks(ctx, db)
 	if err != nil {
@@ -104,7 +104,7 @@ func report(ctx context.Context, r schedule.Run) error {
 	return nil
 }
 
-// README, "Schedules".
+// docs/schedules.md.
 func runSchedules(ctx context.Context, db *sql.DB, started chan<- struct{}) error {
 	s, err := schedule.New(db) // options: Instance, DefaultWorkers (one per core), WithClock (the host's)...
 	if err != nil {
@@ -131,7 +131,7 @@ func runSchedules(ctx context.Context, db *sql.DB, started chan<- struct{}) erro
 	return nil
 }
 
-// README, "Operating a queue".
+// docs/operating.md, "Registering a service".
 func registered(b *inbox.Broker) (*inbox.Service, error) {
 	svc := inbox.NewService("invoices", "1.4.0", b)
 	svc.OnStart(func(ctx context.Context) error { return migrations.ApplyRegistry(ctx, b.DB()) })
@@ -144,7 +144,7 @@ func registered(b *inbox.Broker) (*inbox.Service, error) {
 // requireAdmin stands for the application's own access check.
 func requireAdmin(h http.Handler) http.Handler { return h }
 
-// README, "Dashboard".
+// docs/operating.md, "The dashboard".
 func dashboardMux(b *inbox.Broker) *http.ServeMux {
 	h, err := dashboard.New(b) // dashboard.ReadOnly() shows no actions
 	if err != nil {

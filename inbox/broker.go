@@ -188,10 +188,7 @@ func Open(url string, opts ...Option) (*Broker, error) {
 	}
 	n := cfg.maxConns
 	if n == 0 {
-		n = 4
-		if d.Kind == dialect.Postgres {
-			n = max(8, 4+runtime.NumCPU())
-		}
+		n = d.DefaultPoolSize(runtime.NumCPU())
 	}
 	db.SetMaxOpenConns(n)
 	db.SetMaxIdleConns(n)
@@ -286,7 +283,7 @@ func newBroker(db *sql.DB, d *dialect.Dialect, cfg brokerConfig) (*Broker, error
 	b := &Broker{db: db, d: d, poll: cfg.poll, clock: cfg.clock, log: cfg.log, hub: cfg.hub, trace: cfg.trace,
 		maxConn: db.Stats().MaxOpenConnections, inserts: map[string]insert{}, encodings: map[string]dialect.Times{}}
 	if cfg.notify {
-		if d.Kind != dialect.Postgres {
+		if !d.Notifies() {
 			return nil, fmt.Errorf("inbox: %w: ListenNotify needs Postgres; %s has no LISTEN/NOTIFY (in-process publishes still wake at once)", ErrInvalid, d)
 		}
 		if b.maxConn != 0 && b.maxConn < 3 {

@@ -10,7 +10,6 @@ import (
 	"github.com/sqlinbox/sqlinbox/claim"
 	"github.com/sqlinbox/sqlinbox/claim/lease"
 	iclaim "github.com/sqlinbox/sqlinbox/internal/claim"
-	"github.com/sqlinbox/sqlinbox/internal/dialect"
 	"github.com/sqlinbox/sqlinbox/internal/engine"
 	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 	"github.com/sqlinbox/sqlinbox/notify"
@@ -345,7 +344,7 @@ func (s *Subscription) engineConfig(wakes <-chan struct{}) engine.Config {
 	c := engine.Config{Name: s.cfg.name, Table: s.table, Workers: s.cfg.workers, MaxAttempts: s.cfg.maxAttempts,
 		Counts: s.shape.column(RoleAttempts) != "", Backoff: s.cfg.backoff,
 		Lease: s.cfg.lease, Timeout: s.cfg.timeout, Shutdown: s.cfg.shutdown, Poll: s.b.poll,
-		Postgres: s.b.d.Kind == dialect.Postgres, Ordered: s.shape.column(RolePriority) != "", Conns: s.b.claimConns(), Clock: s.b.clock, Log: s.b.log,
+		Ordered: s.shape.column(RolePriority) != "", Conns: s.b.claimConns(), Clock: s.b.clock, Log: s.b.log,
 		Claimer: s.claimer, Wakes: wakes, Counters: &s.stats, Idle: s.idle, Poller: s.poller, Group: s.group}
 	c.Handle = func(ctx context.Context, j *iclaim.Job) error { return s.handle(ctx, j.Value) }
 	if s.handleJob != nil {
@@ -354,7 +353,7 @@ func (s *Subscription) engineConfig(wakes <-chan struct{}) engine.Config {
 	c.Prepare = func(j *iclaim.Job) { s.shape.setLease(reflect.ValueOf(j.Value).Elem(), j.Lease) }
 	c.Judge = judge
 	c.Paused = s.paused
-	c.Unreachable = unreachable
+	c.Unreachable, c.DeadConn = s.b.d.Unreachable, s.b.d.DeadConn
 	c.Observe = s.cfg.observe
 	return c
 }

@@ -86,10 +86,11 @@ type claimer struct {
 // connection; for a transactional handler one row, since its transaction
 // has the claim's connection to itself while it runs (see BeginTx).
 func (c *claimer) Traits() claim.Traits {
+	t := claim.Traits{PinsConnection: true, ClaimLimit: dialect.MaxClaim, ConcurrentWriters: c.env.Dialect.ConcurrentWriters()}
 	if c.env.Transactional {
-		return claim.Traits{RowsPerClaim: 1, PinsConnection: true}
+		t.RowsPerClaim = 1
 	}
-	return claim.Traits{PinsConnection: true}
+	return t
 }
 
 // Held counts pinned connections, claims in flight included.

@@ -46,8 +46,11 @@ type claimer struct {
 	blk  blocks     // the claimer's block of ids under a backlog
 }
 
-func (c *claimer) Traits() claim.Traits { return claim.Traits{HoldExpires: true} }
-func (c *claimer) Held() int            { return 0 }
+func (c *claimer) Traits() claim.Traits {
+	return claim.Traits{HoldExpires: true, ClaimLimit: dialect.MaxClaim, ConcurrentWriters: c.env.Dialect.ConcurrentWriters()}
+}
+
+func (c *claimer) Held() int { return 0 }
 
 // Floor is where the next claim after a short one starts (engine.Floorer).
 func (c *claimer) Floor() int64 { return c.mark.Floor() }

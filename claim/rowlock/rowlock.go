@@ -62,7 +62,9 @@ type claimer struct {
 
 // Traits: one row a claim, each holding a transaction, and so a
 // connection, of its own.
-func (c *claimer) Traits() claim.Traits { return claim.Traits{RowsPerClaim: 1, PinsConnection: true} }
+func (c *claimer) Traits() claim.Traits {
+	return claim.Traits{RowsPerClaim: 1, PinsConnection: true, ConcurrentWriters: c.env.Dialect.ConcurrentWriters()}
+}
 
 // Held counts the connections the form holds, claims in flight included.
 func (c *claimer) Held() int { return int(c.held.Load()) }

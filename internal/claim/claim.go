@@ -15,124 +15,29 @@ package claim
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
 
-// Claimer takes rows for free workers.
-type Claimer interface {
-	// Claim takes up to max available rows (max is at most
-	// dialect.MaxClaim), each held by this claimer until its Job is
-	// settled. Fewer than max means the table had no more to give right
-	// now. A claim of several statements that fails after one took rows
-	// returns those rows with the error.
-	Claim(ctx context.Context, max int) ([]*Job, error)
-	// Traits declares what the claim loop needs to know of the form.
-	Traits() Traits
-	// Held is how many pool connections the form holds for jobs in work.
-	Held() int
-}
+// The contract the engine drives forms by is defined in package contract,
+// which needs no database driver (so neither does the engine); forms name
+// it here.
+type (
+	Claimer    = contract.Claimer
+	Traits     = contract.Traits
+	Settler    = contract.Settler
+	AsyncAcker = contract.AsyncAcker
+	Forgetter  = contract.Forgetter
+	Holder     = contract.Holder
+	Job        = contract.Job
+)
 
-// Traits are what a form declares to the claim loop that drives it, so the
-// loop never asks which form it drives.
-type Traits struct {
-	// RowsPerClaim is the most rows one claim takes; zero means one for
-	// every free worker asked for. On Postgres a form with a bound (any
-	// RowsPerClaim but zero, not only one) gets claims in flight side by
-	// side, each for up to RowsPerClaim free workers, as many as the
-	// connections allow (Conns, less those Held); a form of zero gets one
-	// claim in flight, which gathers free workers. On SQLite every form
-	// gets one claim in flight.
-	RowsPerClaim int
-	// HoldExpires says the hold is a lease written in the row: it runs out
-	// unless Extend moves it, and the loop extends it while the handler
-	// runs and tells the handler when it ran out. A hold that does not
-	// expire lasts as long as its connection (see Holder).
-	HoldExpires bool
-	// PinsConnection says jobs in work hold pool connections (Held counts
-	// them): the end of each settlement may free one, so the loop is told
-	// of every settlement, not only of the points where it gathers.
-	PinsConnection bool
-}
-
-// Settler settles one claimed row. Exactly one of Ack, Retry, Park or
-// Release is called for each job.
-type Settler interface {
-	// Ack deletes the row. The form bounds its own statements: the
-	// subscription acks with a context that has no deadline, so that a
-	// job's ack costs no timer (lease and advisory acks run in batches
-	// under a timeout of their own; row lock bounds its delete, and its
-	// commit, which database/sql gives no context, waits on the server).
-	Ack(ctx context.Context) error
-	// Retry makes the row available again after delay, keeping lastError
-	// where the table has that column. The attempt was counted by the
-	// claim.
-	Retry(ctx context.Context, delay time.Duration, lastError string) error
-	// Park sets the row aside for good (locked_until = never): visible, never
-	// claimed again until a person or program releases it.
-	Park(ctx context.Context, lastError string) error
-	// Snooze makes the row available again after delay and gives back the
-	// attempt its claim counted.
-	Snooze(ctx context.Context, delay time.Duration) error
-	// Release gives back a row that was claimed but never started, with
-	// the attempt its claim counted.
-	Release(ctx context.Context) error
-	// Extend moves the row's lease to now+lease; forms whose hold does not
-	// expire do nothing.
-	Extend(ctx context.Context, lease time.Duration) error
-}
-
-// AsyncAcker is a Settler that acks without the caller waiting: AckAsync
-// queues the ack and returns, and done is called once with what Ack would
-// have returned, on a goroutine of the form's own, which done must not
-// hold up. A form that batches its acks implements it, so no goroutine
-// waits a statement per job.
-type AsyncAcker interface {
-	AckAsync(done func(error))
-}
-
-// Forgetter is a Settler told that its job will never be settled: its
-// lease was lost while the handler ran, and the row is someone else's now.
-type Forgetter interface {
-	Forget()
-}
-
-// Holder is a Settler whose hold can end without its holder's doing: the
-// row lock's transaction or the advisory lock's session ends with its
-// connection (a terminated backend, a restart, a network cut). Hold's
-// context ends, with inboxtype.ErrHoldLost as its cause, once the form sees the
-// connection end; from then on another claimer may take the row.
-type Holder interface {
-	Hold() context.Context
-}
-
-// ErrLost is returned when a row's lease was taken over or the row is gone:
-// the holder no longer holds it and its settlement changed nothing.
-var ErrLost = errors.New("claim lost: the row's lease was taken over or the row is gone")
-
-// Job is one claimed row.
-type Job struct {
-	ID int64
-	// Lease is the row's locked_until as this claim wrote it (the fencing
-	// value of the lease form), or as it read it (zero when NULL).
-	Lease time.Time
-	// Attempts is the attempts column as the claim left it: the claims of
-	// the row so far, this one included (a claim counts its attempt, so a
-	// holder that dies has it counted too); zero where the table has none.
-	Attempts int
-	// Value is the user's row, as Table.New made and the claim filled it.
-	Value any
-	// Err is set when the row could not be read into the user's type (a
-	// NULL in a non-nullable field, say): the job fails with it without
-	// running the handler, so it is retried and parked like any failure
-	// instead of stalling every claim that meets it.
-	Err error
-	Settler
-}
+// ErrLost is contract.ErrLost: a settlement that changed nothing.
+var ErrLost = contract.ErrLost
 
 // Table is what every form needs to know of an inbox table.
 type Table struct {
@@ -274,7 +179,7 @@ func (s *Scanner) Scan(scan func(dest ...any) error) (*Job, error) {
 // PostgresOnly is the Supports of a form that needs Postgres: holds says how
 // the form holds a row, for the error.
 func PostgresOnly(form, holds string, d *dialect.Dialect) error {
-	if d.Kind != dialect.Postgres {
+	if !d.SessionLocks() {
 		return fmt.Errorf("the %s form holds %s, which needs Postgres; %s cannot serve it: use lease.Form, which runs on every database", form, holds, d)
 	}
 	return nil

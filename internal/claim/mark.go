@@ -5,6 +5,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
 )
 
 // Mark is where a form's next claim starts walking the table's primary key.
@@ -51,7 +53,7 @@ type Mark struct {
 
 // DeepRescans is how many Rescans pass between floor reads from the
 // table's start (see Mark).
-const DeepRescans = 60
+const DeepRescans = contract.DeepRescans
 
 // Start returns the least id the next claim looks at, now being the time on
 // the form's clock: math.MinInt64 for the whole table, since ids may be

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/clock"
-	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
 	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
 
@@ -37,10 +37,10 @@ const (
 type Callbacks struct {
 	// Handle runs the user's handler on a job's row. A panic is the
 	// engine's to catch.
-	Handle func(ctx context.Context, j *claim.Job) error
+	Handle func(ctx context.Context, j *contract.Job) error
 	// Prepare readies a job's row just before its handler runs (it writes
 	// the lease into the user's struct).
-	Prepare func(j *claim.Job)
+	Prepare func(j *contract.Job)
 	// Judge says what a handler's error asks for, with the delay of
 	// RetryAfter and Snooze.
 	Judge func(err error) (Verdict, time.Duration)
@@ -50,8 +50,13 @@ type Callbacks struct {
 	// a claim took beyond its free workers are given back, not started.
 	Paused func() bool
 	// Unreachable says an error means the database could not be reached
-	// (as opposed to a statement that was wrong).
+	// (as opposed to a statement that was wrong); the dialect answers.
 	Unreachable func(error) bool
+	// DeadConn says an error means the connection a statement ran on had
+	// ended, as opposed to the database refusing new ones: a statement
+	// sent again takes another connection of the pool. The dialect
+	// answers.
+	DeadConn func(error) bool
 }
 
 // Config is an Engine's subscription, as package inbox checked it.
@@ -63,11 +68,8 @@ type Config struct {
 	Counts bool
 	// Backoff gives the delay after n failures; nil is DefaultBackoff less
 	// a jitter drawn from the row's id.
-	Backoff                                func(failures int) time.Duration
-	Lease, Timeout, Shutdown, Poll, Listen time.Duration
-	// Postgres: claims may run several at once (SQLite has one writer),
-	// and a claim under a backlog gathers all free workers.
-	Postgres bool
+	Backoff                        func(failures int) time.Duration
+	Lease, Timeout, Shutdown, Poll time.Duration
 	// Ordered says claims take rows in an order of the table's own (a
 	// priority column), which a claim's rows do not come back in: a claim
 	// takes no spare rows (see spare.go), so one worker still handles
@@ -79,7 +81,7 @@ type Config struct {
 	// Log is the broker's logger: the engine names the subscription in
 	// each line.
 	Log     *slog.Logger
-	Claimer claim.Claimer
+	Claimer contract.Claimer
 	// Wakes delivers a wake per publish or notification (coalesced).
 	Wakes <-chan struct{}
 	// Poller, when set, polls for the subscription while it is idle, with
@@ -98,7 +100,7 @@ type Engine struct {
 	cfg     Config
 	logOnce sync.Once
 	log     *slog.Logger // cfg.Log with the subscription's name; see logger
-	traits  claim.Traits
+	traits  contract.Traits
 	stats   *Counters
 	guard   overrunGuard
 	every   time.Duration // a lease's extension period
@@ -107,6 +109,14 @@ type Engine struct {
 // New returns the engine of cfg.
 func New(cfg Config) *Engine {
 	return &Engine{cfg: cfg, traits: cfg.Claimer.Traits(), stats: cfg.Counters, every: cfg.Lease * 2 / 3}
+}
+
+// limit is n within the most rows a claim of the form may ask for.
+func (e *Engine) limit(n int) int {
+	if e.traits.ClaimLimit > 0 {
+		return min(n, e.traits.ClaimLimit)
+	}
+	return n
 }
 
 // logger is cfg.Log with the subscription's name, made at the first line

@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/clock"
-	"github.com/sqlinbox/sqlinbox/internal/claim"
-	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
 )
 
 // claimGather is the longest a claim for few workers waits for more.
@@ -18,10 +17,12 @@ const claimGather = time.Millisecond
 // the next claim a wake starts.
 const wakeCooldown = 2 * time.Millisecond
 
-// Backoff of claims that fail: from minFailWait, doubling to maxFailWait.
+// The backoff while the database fails, from MinFailWait doubling to
+// MaxFailWait: of claims here, and of the statements package inbox sends
+// until the database can be reached.
 const (
-	minFailWait = 100 * time.Millisecond
-	maxFailWait = 30 * time.Second
+	MinFailWait = 100 * time.Millisecond
+	MaxFailWait = 30 * time.Second
 )
 
 // claimReq asks a claim goroutine for a claim.
@@ -36,7 +37,7 @@ type claimResult struct {
 	at      time.Time // on the engine's clock, when the claim was sent
 	asked   int
 	workers int
-	jobs    []*claim.Job
+	jobs    []*contract.Job
 	err     error
 	gen     uint64 // the wake generation when the claim started
 }
@@ -124,8 +125,8 @@ type loop struct {
 
 func newLoop(e *Engine, w *workers, ctx context.Context) *loop {
 	l := &loop{e: e, w: w, maxClaims: 1, free: e.cfg.Workers, results: make(chan claimResult, e.cfg.Workers+1),
-		claims: make(chan claimReq), ctxDone: ctx.Done(), gatherAll: e.cfg.Postgres}
-	if e.cfg.Postgres && e.traits.RowsPerClaim != 0 {
+		claims: make(chan claimReq), ctxDone: ctx.Done(), gatherAll: e.traits.ConcurrentWriters}
+	if e.traits.ConcurrentWriters && e.traits.RowsPerClaim != 0 {
 		l.maxClaims = e.cfg.Conns
 	}
 	w.kickEach = e.traits.PinsConnection || l.maxClaims > 1
@@ -229,7 +230,7 @@ func (l *loop) claimMore() {
 	e := l.e
 	rows := e.traits.RowsPerClaim
 	for !l.stopping && !l.idle && !l.cooling && l.free > 0 && l.inflight < l.maxClaims && l.inflight+e.cfg.Claimer.Held() < e.cfg.Conns {
-		k := min(l.free, dialect.MaxClaim)
+		k := l.e.limit(l.free)
 		extra := l.extra(k)
 		// A claim that takes spare rows is as large at once: it waits for
 		// no more free workers.
@@ -293,7 +294,7 @@ func (l *loop) onResult(ctx context.Context, r claimResult) {
 	l.backlog = r.err == nil && len(r.jobs) == r.asked
 	l.e.stats.claimed.Add(int64(len(r.jobs)))
 	if n < len(r.jobs) {
-		slices.SortFunc(r.jobs, func(a, b *claim.Job) int { return cmp.Compare(a.ID, b.ID) })
+		slices.SortFunc(r.jobs, func(a, b *contract.Job) int { return cmp.Compare(a.ID, b.ID) })
 	}
 	for i, j := range r.jobs {
 		if l.stopping {
@@ -342,7 +343,7 @@ func (l *loop) onFailure(err error) {
 		e.logger().Error("inbox: claim failed; retrying with backoff", "table", e.cfg.Table, "err", err, "failures", l.failures)
 		l.lastErr = msg
 	}
-	if e.deadConn(err) && l.quick <= e.cfg.Conns {
+	if e.cfg.DeadConn(err) && l.quick <= e.cfg.Conns {
 		// Failed on a connection that had ended: the pool dropped it, and
 		// the next claim takes another, at once (each such failure ends
 		// one dead connection).
@@ -353,7 +354,7 @@ func (l *loop) onFailure(err error) {
 	// claim at the backoff's end is the one it asks for.
 	l.slow++
 	l.idle = true
-	l.rearm(min(minFailWait<<min(l.slow-1, 9), maxFailWait))
+	l.rearm(min(MinFailWait<<min(l.slow-1, 9), MaxFailWait))
 }
 
 // worked notes a claim that did not fail.

@@ -9,22 +9,22 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/clock"
-	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
 	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
 
 // failingClaimer fails its first claims, then gives one row a claim.
 type failingClaimer struct {
-	claim.Claimer
+	contract.Claimer
 	mu     sync.Mutex
 	fails  int
 	claims []time.Time
 	err    error
 }
 
-func (c *failingClaimer) Traits() claim.Traits { return claim.Traits{} }
-func (c *failingClaimer) Held() int            { return 0 }
-func (c *failingClaimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
+func (c *failingClaimer) Traits() contract.Traits { return contract.Traits{} }
+func (c *failingClaimer) Held() int               { return 0 }
+func (c *failingClaimer) Claim(ctx context.Context, max int) ([]*contract.Job, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.claims = append(c.claims, time.Now())
@@ -32,26 +32,26 @@ func (c *failingClaimer) Claim(ctx context.Context, max int) ([]*claim.Job, erro
 		return nil, c.err
 	}
 	if len(c.claims) == c.fails+1 {
-		return []*claim.Job{{ID: 1, Attempts: 1, Settler: ackStub{}}}, nil
+		return []*contract.Job{{ID: 1, Attempts: 1, Settler: ackStub{}}}, nil
 	}
 	return nil, nil
 }
 
-type ackStub struct{ claim.Settler }
+type ackStub struct{ contract.Settler }
 
 func (ackStub) Ack(context.Context) error { return nil }
 
 // runEngine runs an engine over c with a poll of an hour until the test
 // ends, and returns its wakes and its events.
-func runEngine(t *testing.T, c claim.Claimer, unreachable func(error) bool) (wakes chan struct{}, events chan inboxtype.Event) {
+func runEngine(t *testing.T, c contract.Claimer, unreachable func(error) bool) (wakes chan struct{}, events chan inboxtype.Event) {
 	wakes, events = make(chan struct{}, 1), make(chan inboxtype.Event, 8)
 	clk := clock.Host{}
 	e := New(Config{Name: "test", Table: "jobs", Workers: 2, MaxAttempts: 25, Lease: time.Minute, Timeout: time.Minute,
 		Shutdown: time.Second, Poll: time.Hour, Conns: 4, Clock: clk, Log: slog.New(slog.DiscardHandler), Claimer: c, Wakes: wakes,
 		Counters: &Counters{}, Idle: NewIdle(clk), Callbacks: Callbacks{
-			Handle: func(context.Context, *claim.Job) error { return nil }, Prepare: func(*claim.Job) {},
+			Handle: func(context.Context, *contract.Job) error { return nil }, Prepare: func(*contract.Job) {},
 			Judge:   func(error) (Verdict, time.Duration) { return Retry, 0 },
-			Observe: func(ev inboxtype.Event) { events <- ev }, Unreachable: unreachable}})
+			Observe: func(ev inboxtype.Event) { events <- ev }, Unreachable: unreachable, DeadConn: unreachable}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { e.Run(ctx); close(done) }()

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/clock"
-	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
 )
 
 // Poller polls for the idle group subscriptions of one table on one broker.
@@ -73,7 +73,7 @@ func NewPoller(cfg PollerConfig) *Poller {
 }
 
 // floorOf is where c's claims start after a short one.
-func floorOf(c claim.Claimer) func() int64 {
+func floorOf(c contract.Claimer) func() int64 {
 	if f, ok := c.(Floorer); ok {
 		return f.Floor
 	}
@@ -175,7 +175,7 @@ func (p *Poller) run(t clock.Timer, quit chan struct{}) {
 const pollTimeout = 30 * time.Second
 
 // poll asks which parked groups have a row and wakes their subscriptions.
-// Every claim.DeepRescans polls it probes from the table's start, as the
+// Every contract.DeepRescans polls it probes from the table's start, as the
 // subscriptions' own floor reads would: a row committed below a floor is
 // found then. A failed poll wakes every parked subscription: each then
 // claims on its own (and backs off on its own while claims fail), as
@@ -183,7 +183,7 @@ const pollTimeout = 30 * time.Second
 func (p *Poller) poll() {
 	p.mu.Lock()
 	p.polls++
-	deep := p.polls%claim.DeepRescans == 0
+	deep := p.polls%contract.DeepRescans == 0
 	groups := make([]string, 0, len(p.parked))
 	floors := make([]int64, 0, len(p.parked))
 	for g, ks := range p.parked {

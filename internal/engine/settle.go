@@ -3,13 +3,9 @@ package engine
 import (
 	"context"
 	"errors"
-	"strings"
-	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
 	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
 
@@ -18,22 +14,11 @@ import (
 // statements are fenced, so a repeat changes nothing that the first did.
 const settleTries = 3
 
-// deadConn reports whether err says the connection a statement ran on had
-// ended (terminated, reset, closed), as opposed to the database refusing
-// new ones: a statement sent again takes another connection of the pool.
-func (e *Engine) deadConn(err error) bool {
-	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) || errors.Is(err, syscall.ECONNREFUSED) || strings.Contains(err.Error(), "connection refused") {
-		return false
-	}
-	return e.cfg.Unreachable(err)
-}
-
 // again runs a settlement, and again while it fails on a dead connection
 // (never one whose hold was lost: that is ErrLost, and final).
 func (e *Engine) again(f func() error) error {
 	err := f()
-	for i := 1; i < settleTries && err != nil && e.deadConn(err) && !errors.Is(err, claim.ErrLost); i++ {
+	for i := 1; i < settleTries && err != nil && e.cfg.DeadConn(err) && !errors.Is(err, contract.ErrLost); i++ {
 		err = f()
 	}
 	return err
@@ -72,22 +57,22 @@ func (e *Engine) report(ev *inboxtype.Event) {
 
 // settle acks, retries, parks or snoozes a job whose handler returned err,
 // and returns the outcome, with the settlement's error when it failed.
-func (e *Engine) settle(j *claim.Job, err error, lost bool) (inboxtype.Outcome, error) {
+func (e *Engine) settle(j *contract.Job, err error, lost bool) (inboxtype.Outcome, error) {
 	if lost {
-		if f, ok := j.Settler.(claim.Forgetter); ok {
+		if f, ok := j.Settler.(contract.Forgetter); ok {
 			f.Forget() // never settled: the form stops counting it in work
 		}
 		return inboxtype.Lost, nil
 	}
 	if err == nil {
-		// Every form bounds its own ack (claim.Settler): no timer a job here.
+		// Every form bounds its own ack (contract.Settler): no timer a job here.
 		if serr := e.again(func() error { return j.Ack(context.Background()) }); serr != nil {
 			return e.settleFailed(j, "ack", serr), serr
 		}
 		e.stats.acked.Add(1)
 		return inboxtype.Acked, nil
 	}
-	sctx, scancel := context.WithTimeout(context.Background(), settleTimeout)
+	sctx, scancel := context.WithTimeout(context.Background(), contract.SettleTimeout)
 	defer scancel()
 	verdict, delay := e.cfg.Judge(err)
 	attempt := max(j.Attempts, 1)
@@ -127,8 +112,8 @@ func (e *Engine) backoff(id int64, attempt int) time.Duration {
 // MaxBackoff caps the default backoff (inbox.MaxBackoff).
 const MaxBackoff = 10 * time.Minute
 
-func (e *Engine) settleFailed(j *claim.Job, what string, err error) inboxtype.Outcome {
-	if errors.Is(err, claim.ErrLost) {
+func (e *Engine) settleFailed(j *contract.Job, what string, err error) inboxtype.Outcome {
+	if errors.Is(err, contract.ErrLost) {
 		e.stats.lost.Add(1)
 		e.logger().Warn("inbox: claim lost before "+what+" (its lease was taken over, or the connection holding it ended); the row is someone else's now and this outcome changes nothing", "table", e.cfg.Table, "id", j.ID, "err", err)
 		return inboxtype.Lost
@@ -140,8 +125,8 @@ func (e *Engine) settleFailed(j *claim.Job, what string, err error) inboxtype.Ou
 
 // release gives back a row unstarted (at the stop, or a spare row that may
 // not start), within parent.
-func (e *Engine) release(parent context.Context, j *claim.Job) {
-	ctx, cancel := context.WithTimeout(parent, settleTimeout)
+func (e *Engine) release(parent context.Context, j *contract.Job) {
+	ctx, cancel := context.WithTimeout(parent, contract.SettleTimeout)
 	defer cancel()
 	if err := j.Release(ctx); err != nil {
 		e.logger().Warn("inbox: could not give back an unstarted row; it waits out its lease", "table", e.cfg.Table, "id", j.ID, "err", err)

@@ -5,8 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sqlinbox/sqlinbox/internal/claim"
-	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
 	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
 
@@ -51,7 +50,7 @@ type spare struct {
 // push queues rows a claim sent at at took beyond its free workers. The
 // loop sorted them by id: an update's rows come back in no set order, and
 // spare rows start one after the other.
-func (s *spare) push(jobs []*claim.Job, at time.Time) {
+func (s *spare) push(jobs []*contract.Job, at time.Time) {
 	s.mu.Lock()
 	for _, j := range jobs {
 		s.q = append(s.q, task{j: j, at: at})
@@ -119,7 +118,7 @@ func (w *workers) pop() (next task, skipped []task, ok bool) {
 // its queue is not paused, and its lease is not near its end (a third of
 // it left: its extension would be due).
 func (e *Engine) startable(t task) bool {
-	if h, ok := t.j.Settler.(claim.Holder); ok && h.Hold().Err() != nil {
+	if h, ok := t.j.Settler.(contract.Holder); ok && h.Hold().Err() != nil {
 		return false
 	}
 	if e.cfg.Paused != nil && e.cfg.Paused() {
@@ -138,7 +137,7 @@ func (e *Engine) late(t task) bool {
 func (e *Engine) putBack(ts []task) {
 	for _, t := range ts {
 		j := t.j
-		if h, ok := j.Settler.(claim.Holder); ok && h.Hold().Err() != nil {
+		if h, ok := j.Settler.(contract.Holder); ok && h.Hold().Err() != nil {
 			e.settleHandling(&handling{j: j, lost: true, ev: inboxtype.Event{Subscription: e.cfg.Name, ID: j.ID,
 				Attempt: max(j.Attempts, 1), Start: e.cfg.Clock.Now(), Err: inboxtype.ErrHoldLost}})
 			e.stats.lost.Add(1)
@@ -152,10 +151,10 @@ func (e *Engine) putBack(ts []task) {
 }
 
 // spares says whether the loop may claim beyond its free workers: the form
-// takes a row for every free worker, on Postgres (SQLite has one writer:
-// more rows a claim did not pay there).
+// takes a row for every free worker, where writers run side by side
+// (SQLite has one writer: more rows a claim did not pay there).
 func (l *loop) spares() bool {
-	return l.e.cfg.Postgres && l.e.traits.RowsPerClaim == 0 && !l.e.cfg.Ordered
+	return l.e.traits.ConcurrentWriters && l.e.traits.RowsPerClaim == 0 && !l.e.cfg.Ordered
 }
 
 // extra is how many rows beyond the free workers the next claim of k may
@@ -174,7 +173,7 @@ func (l *loop) extra(k int) int {
 		l.rateAt, l.rateN = now, n
 	}
 	wait := min(spareWait, l.e.cfg.Lease/10)
-	most := min(batchRows(l.e.cfg.Workers), dialect.MaxClaim)
+	most := l.e.limit(batchRows(l.e.cfg.Workers))
 	return max(min(int(l.rate*wait.Seconds()), most-k), 0)
 }
 

@@ -8,13 +8,9 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/clock"
-	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
 	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
-
-// settleTimeout bounds a settlement statement, which must not be cut short
-// by the subscription's own shutdown.
-const settleTimeout = 30 * time.Second
 
 // watch keeps the times of the handler a worker runs on one timer, armed
 // for the earliest that is due: the timeout, the lease extension and the
@@ -45,7 +41,7 @@ type watch struct {
 	timer     clock.Timer
 	timerAt   time.Time // when timer fires; zero with none armed
 	gen       int       // the armed timer; a callback of an older one does nothing
-	j         *claim.Job
+	j         *contract.Job
 	cancel    context.CancelCauseFunc
 	leased    bool      // the lease form: the lease is extended and can run out
 	deadline  time.Time // zero once passed
@@ -62,7 +58,7 @@ func (e *Engine) newWatch() *watch {
 }
 
 // begin watches the handler of j, started at now.
-func (w *watch) begin(j *claim.Job, cancel context.CancelCauseFunc, now, claimedAt time.Time) {
+func (w *watch) begin(j *contract.Job, cancel context.CancelCauseFunc, now, claimedAt time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.j, w.cancel, w.handled, w.lost = j, cancel, false, false
@@ -139,7 +135,7 @@ func (w *watch) fire(gen int) {
 	if w.leased && !w.lost && !now.Before(w.expires) {
 		// Even with an extension in flight: from now on another claimer may
 		// take the row, so the handler is told now, not when the extension
-		// answers (up to settleTimeout later). A late success changes
+		// answers (up to contract.SettleTimeout later). A late success changes
 		// nothing: the row comes back when the extended lease runs out.
 		w.loseLease("lease ran out with no extension confirmed", nil)
 	}
@@ -154,9 +150,9 @@ func (w *watch) fire(gen int) {
 
 // extend sends the extension of j's lease and acts on its answer. The
 // worker's next job waits for it (see finish), so w.j is j throughout.
-func (w *watch) extend(j *claim.Job, sent time.Time, done chan struct{}) {
+func (w *watch) extend(j *contract.Job, sent time.Time, done chan struct{}) {
 	defer close(done)
-	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), contract.SettleTimeout)
 	err := j.Extend(ctx, w.e.cfg.Lease)
 	cancel()
 
@@ -168,7 +164,7 @@ func (w *watch) extend(j *claim.Job, sent time.Time, done chan struct{}) {
 	switch {
 	case w.handled || w.lost:
 		return // the handler is done or told: the outcome decides
-	case errors.Is(err, claim.ErrLost):
+	case errors.Is(err, contract.ErrLost):
 		w.loseLease("lease lost while the handler ran", err)
 	case err != nil && !now.Before(w.expires):
 		w.loseLease("lease ran out while its extension failed", err)
@@ -198,7 +194,7 @@ func (w *watch) loseLease(why string, err error) {
 // loseHold tells the handler of j that the connection holding its row
 // ended. A call for a job the worker no longer runs (its callback started
 // as the handler returned) does nothing.
-func (w *watch) loseHold(j *claim.Job) {
+func (w *watch) loseHold(j *contract.Job) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.j != j || w.handled || w.lost {

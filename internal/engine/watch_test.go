@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/clock"
-	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
 	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
 
@@ -17,12 +17,12 @@ import (
 type opts struct{ lease, timeout time.Duration }
 
 // leaseClaimer is a claimer of a form whose hold expires.
-type leaseClaimer struct{ claim.Claimer }
+type leaseClaimer struct{ contract.Claimer }
 
-func (leaseClaimer) Traits() claim.Traits { return claim.Traits{HoldExpires: true} }
+func (leaseClaimer) Traits() contract.Traits { return contract.Traits{HoldExpires: true} }
 
 // testEngine is an engine of the lease form on clk, whose handler is handle.
-func testEngine(clk clock.Clock, o opts, handle func(context.Context, *claim.Job) error) *Engine {
+func testEngine(clk clock.Clock, o opts, handle func(context.Context, *contract.Job) error) *Engine {
 	if o.lease == 0 {
 		o.lease = 30 * time.Second
 	}
@@ -31,13 +31,13 @@ func testEngine(clk clock.Clock, o opts, handle func(context.Context, *claim.Job
 	}
 	return New(Config{Name: "test", Table: "jobs", Workers: 1, MaxAttempts: 25, Lease: o.lease, Timeout: o.timeout,
 		Shutdown: time.Second, Poll: time.Second, Clock: clk, Log: slog.New(slog.DiscardHandler), Claimer: leaseClaimer{},
-		Counters: &Counters{}, Idle: NewIdle(clk), Callbacks: Callbacks{Handle: handle, Prepare: func(*claim.Job) {},
-			Judge: func(error) (Verdict, time.Duration) { return Retry, 0 }, Unreachable: func(error) bool { return false }}})
+		Counters: &Counters{}, Idle: NewIdle(clk), Callbacks: Callbacks{Handle: handle, Prepare: func(*contract.Job) {},
+			Judge: func(error) (Verdict, time.Duration) { return Retry, 0 }, Unreachable: func(error) bool { return false }, DeadConn: func(error) bool { return false }}})
 }
 
 // extendStub is a settler whose extensions fail, each call told on calls.
 type extendStub struct {
-	claim.Settler
+	contract.Settler
 	calls chan time.Duration
 }
 
@@ -58,17 +58,17 @@ func watched(t *testing.T, clk *clock.Fake, o opts) (extends chan time.Duration,
 
 // watchedWith is watched with the broker's clock (clk, over the fake) and
 // the job's settler given.
-func watchedWith(t *testing.T, clk clock.Clock, fake *clock.Fake, settler claim.Settler, o opts) (causes chan error, release chan struct{}, result chan handling) {
+func watchedWith(t *testing.T, clk clock.Clock, fake *clock.Fake, settler contract.Settler, o opts) (causes chan error, release chan struct{}, result chan handling) {
 	t.Helper()
 	causes, release = make(chan error, 1), make(chan struct{})
-	e := testEngine(clk, o, func(ctx context.Context, _ *claim.Job) error {
+	e := testEngine(clk, o, func(ctx context.Context, _ *contract.Job) error {
 		<-ctx.Done()
 		causes <- context.Cause(ctx)
 		<-release
 		return ctx.Err()
 	})
 	result = make(chan handling, 1)
-	j := &claim.Job{ID: 7, Lease: fake.Now().Add(e.cfg.Lease), Settler: settler}
+	j := &contract.Job{ID: 7, Lease: fake.Now().Add(e.cfg.Lease), Settler: settler}
 	go func() { result <- e.work(context.Background(), e.newWatch(), j, fake.Now()) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -166,7 +166,7 @@ func (c *countingClock) NewTimer(d time.Duration) clock.Timer {
 // stalledExtend is a settler whose extension hangs until released, then
 // succeeds.
 type stalledExtend struct {
-	claim.Settler
+	contract.Settler
 	started, release chan struct{}
 }
 
@@ -205,12 +205,12 @@ func TestLeaseRunsOutWhileExtensionStalls(t *testing.T) {
 
 // hostWatch returns a worker's watch of a lease-form subscription on the
 // host's clock, and a job whose extensions are told on extends (and fail).
-func hostWatch(t *testing.T, lease time.Duration) (w *watch, job func() *claim.Job, extends chan time.Duration) {
+func hostWatch(t *testing.T, lease time.Duration) (w *watch, job func() *contract.Job, extends chan time.Duration) {
 	t.Helper()
-	e := testEngine(clock.Host{}, opts{lease: lease}, func(context.Context, *claim.Job) error { return nil })
+	e := testEngine(clock.Host{}, opts{lease: lease}, func(context.Context, *contract.Job) error { return nil })
 	extends = make(chan time.Duration, 8)
-	job = func() *claim.Job {
-		return &claim.Job{ID: 7, Lease: time.Now().Add(lease), Settler: extendStub{calls: extends}}
+	job = func() *contract.Job {
+		return &contract.Job{ID: 7, Lease: time.Now().Add(lease), Settler: extendStub{calls: extends}}
 	}
 	return e.newWatch(), job, extends
 }

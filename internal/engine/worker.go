@@ -9,13 +9,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
 	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
 
 // task is one claimed job handed to a worker goroutine.
 type task struct {
-	j  *claim.Job
+	j  *contract.Job
 	at time.Time // when its claim was sent
 }
 
@@ -29,7 +29,7 @@ type task struct {
 // A worker is free once its handler returns; the row's settlement (the
 // ack, mostly) goes on beside the next handler, at most as many in flight
 // as there are workers, so no worker waits on a commit. Acks handed to the
-// form (claim.AsyncAcker) hold no goroutine (but while a failed one is
+// form (contract.AsyncAcker) hold no goroutine (but while a failed one is
 // sent again) and have slots of their own, as many again as the spare rows
 // a claim may bring (ackRoom): they are what an ack statement groups, and
 // with no more in flight than workers a process of few workers sent few
@@ -41,7 +41,7 @@ type task struct {
 // hold pins no connection, at the first worker freed, at half of them and
 // at all (the gather's points), and when the last settlement ends;
 // otherwise (a connection freed may be what the loop waits on, see
-// claim.Claimer.Held) at every freeing and every settlement's end. Kicks
+// contract.Claimer.Held) at every freeing and every settlement's end. Kicks
 // that come while the loop is busy fold into one. (A kick a job woke the
 // loop about once a job; with these, and the acker woken likewise, a
 // Postgres drain of 200k jobs 2x100 took 5.2-5.8 us of the process's CPU a
@@ -163,7 +163,7 @@ func (w *workers) settle(h handling, async bool) {
 		w.acking.Add(1)
 		aw := w.waits.Get().(*ackWait)
 		aw.h = h
-		h.j.Settler.(claim.AsyncAcker).AckAsync(aw.done)
+		h.j.Settler.(contract.AsyncAcker).AckAsync(aw.done)
 		return
 	}
 	w.e.settleHandling(&h)
@@ -233,7 +233,7 @@ func newAckWait(w *workers) *ackWait {
 		w.waits.Put(aw)
 	}
 	aw.done = func(err error) {
-		if err != nil && w.e.deadConn(err) && !errors.Is(err, claim.ErrLost) {
+		if err != nil && w.e.cfg.DeadConn(err) && !errors.Is(err, contract.ErrLost) {
 			// Sent again, fenced, on another connection; not on the
 			// form's goroutine, which this call must not hold up.
 			go func() { finish(w.e.again(func() error { return aw.h.j.Ack(context.Background()) })) }()
@@ -253,13 +253,13 @@ func ackRoom(n int) int { return batchRows(n) }
 
 // async says the job is acked by its form without a waiter.
 func (h *handling) async() bool {
-	_, ok := h.j.Settler.(claim.AsyncAcker)
+	_, ok := h.j.Settler.(contract.AsyncAcker)
 	return ok && h.err == nil && !h.lost
 }
 
 // handling is what a worker keeps of one handled job until it is settled.
 type handling struct {
-	j    *claim.Job
+	j    *contract.Job
 	err  error // the handler's
 	lost bool  // the lease or hold was lost while the handler ran
 	ev   inboxtype.Event
@@ -269,7 +269,7 @@ type handling struct {
 // worker's watch ends its context at the timeout, extends its lease and
 // tells it of a lost hold. It returns what the settlement needs, which the
 // caller runs once the worker is free for the next job.
-func (e *Engine) work(ctx context.Context, w *watch, j *claim.Job, claimedAt time.Time) handling {
+func (e *Engine) work(ctx context.Context, w *watch, j *contract.Job, claimedAt time.Time) handling {
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	now := e.cfg.Clock.Now()
@@ -279,7 +279,7 @@ func (e *Engine) work(ctx context.Context, w *watch, j *claim.Job, claimedAt tim
 	// The watch first, then the handler: a test on a fake clock that sees
 	// the handler start finds its timer armed.
 	w.begin(j, cancel, now, claimedAt)
-	if holder, ok := j.Settler.(claim.Holder); ok {
+	if holder, ok := j.Settler.(contract.Holder); ok {
 		// stop does not wait for a callback already started: it is tied to
 		// j, so one that runs after the next job began does nothing.
 		stop := context.AfterFunc(holder.Hold(), func() { w.loseHold(j) })
@@ -308,7 +308,7 @@ func (e *Engine) work(ctx context.Context, w *watch, j *claim.Job, claimedAt tim
 
 // call runs the handler, turning a panic into an error that carries the
 // panic's text.
-func (e *Engine) call(ctx context.Context, j *claim.Job) (err error) {
+func (e *Engine) call(ctx context.Context, j *contract.Job) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v", p)

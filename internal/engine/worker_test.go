@@ -10,24 +10,24 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/clock"
-	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
 	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
 
 // endlessClaimer gives every claim all the rows it asks for, each acked by
 // heldAcks.
 type endlessClaimer struct {
-	claim.Claimer
+	contract.Claimer
 	acks   *heldAcks
 	nextID atomic.Int64
 }
 
-func (c *endlessClaimer) Traits() claim.Traits { return claim.Traits{} }
-func (c *endlessClaimer) Held() int            { return 0 }
-func (c *endlessClaimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
-	jobs := make([]*claim.Job, max)
+func (c *endlessClaimer) Traits() contract.Traits { return contract.Traits{} }
+func (c *endlessClaimer) Held() int               { return 0 }
+func (c *endlessClaimer) Claim(ctx context.Context, max int) ([]*contract.Job, error) {
+	jobs := make([]*contract.Job, max)
 	for i := range jobs {
-		jobs[i] = &claim.Job{ID: c.nextID.Add(1), Attempts: 1, Settler: asyncAck{acks: c.acks}}
+		jobs[i] = &contract.Job{ID: c.nextID.Add(1), Attempts: 1, Settler: asyncAck{acks: c.acks}}
 	}
 	return jobs, nil
 }
@@ -76,7 +76,7 @@ func (h *heldAcks) mostHeld() int {
 }
 
 type asyncAck struct {
-	claim.Settler
+	contract.Settler
 	acks *heldAcks
 }
 
@@ -93,14 +93,14 @@ func runEndless(t *testing.T, workers int, acks *heldAcks, handled *atomic.Int64
 		Shutdown: 10 * time.Second, Poll: time.Hour, Conns: 4, Clock: clk, Log: slog.New(slog.DiscardHandler),
 		Claimer: &endlessClaimer{acks: acks}, Wakes: make(chan struct{}), Counters: &Counters{}, Idle: NewIdle(clk),
 		Callbacks: Callbacks{
-			Handle: func(context.Context, *claim.Job) error {
+			Handle: func(context.Context, *contract.Job) error {
 				if n := handled.Add(1); each != nil {
 					each(n)
 				}
 				return nil
 			},
-			Prepare: func(*claim.Job) {}, Judge: func(error) (Verdict, time.Duration) { return Retry, 0 },
-			Observe: observe, Unreachable: unreachable}})
+			Prepare: func(*contract.Job) {}, Judge: func(error) (Verdict, time.Duration) { return Retry, 0 },
+			Observe: observe, Unreachable: unreachable, DeadConn: unreachable}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { e.Run(ctx); close(done) }()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 	"github.com/sqlinbox/sqlinbox/notify"
 )
@@ -388,7 +389,7 @@ func (r *registry) stop() {
 	if !r.joined {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), contract.SettleTimeout)
 	defer cancel()
 	r.flush(ctx, r.b.clock.Now(), true)
 	err := r.b.write(ctx, true, func(ex execer) error {

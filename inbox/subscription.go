@@ -332,9 +332,6 @@ func (s *Subscription) listen(ctx context.Context) {
 	}
 }
 
-// settleTimeout bounds a statement that a stop must not cut short.
-const settleTimeout = 30 * time.Second
-
 // listenWait bounds how long a subscription waits for its notifications
 // before its first claim.
 const listenWait = 5 * time.Second

@@ -15,14 +15,10 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 	"github.com/sqlinbox/sqlinbox/internal/groupcommit"
 )
-
-// settleTimeout bounds the statements of one turn on a pinned connection.
-// A turn settles every job queued on the pin, not only its caller's, so no
-// one caller's context may cut it short.
-const settleTimeout = 30 * time.Second
 
 // pin is one claim's connection, shared by its jobs until the last is
 // settled. Settlements group-commit on it (see groupcommit): one flush
@@ -126,7 +122,9 @@ func (p *pin) flush(batch []settlement, errs []error) {
 	p.watch.Pause()
 	// A flush settles every job queued on the pin, not only one caller's,
 	// so no caller's context may cut it short.
-	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	// A turn settles every job queued on the pin, not only its caller's,
+	// so no one caller's context may cut it short.
+	ctx, cancel := context.WithTimeout(context.Background(), contract.SettleTimeout)
 	dirty := false
 	var acks []int // indexes in batch
 	for i := range batch {

@@ -27,13 +27,10 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 )
-
-// settleTimeout bounds the statement that settles a row (database/sql's
-// Commit after it takes no context).
-const settleTimeout = 30 * time.Second
 
 // Form is the row-lock form.
 var Form claim.Form = form{}
@@ -272,7 +269,9 @@ func (h *hold) settle(ctx context.Context, what string, q dialect.Call) error {
 		h.end(false)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	// Bounds the statement that settles the row: database/sql's Commit
+	// after it takes no context.
+	ctx, cancel := context.WithTimeout(ctx, contract.SettleTimeout)
 	defer cancel()
 	res, err := h.tx.ExecContext(ctx, q.SQL, q.Args...)
 	if err == nil {

@@ -3,6 +3,7 @@ package readme_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -107,13 +108,15 @@ func sendEmail(ctx context.Context, job EmailJob) error {
 	return smtpSend(ctx, job.Tenant, e) // nil deletes the row; an error retries it later
 }
 
-func newMailer(b *inbox.Broker) (*inbox.Service, error) {
+// newMailer takes the handler, and options such as a test's recorder, so a
+// test can run the service as it runs in production.
+func newMailer(b *inbox.Broker, send inbox.Handler[EmailJob], opts ...inbox.SubOption) (*inbox.Service, error) {
 	svc := inbox.NewService("mailer", "1.0.0", b)
-	if _, err := inbox.Handle(svc, emails, sendEmail, inbox.Workers(4)); err != nil {
+	if _, err := inbox.Handle(svc, emails, send, append(opts, inbox.Workers(4))...); err != nil {
 		return nil, err
 	}
 	// One tenant's rows with workers of their own (this needs the group's index).
-	if _, err := inbox.Handle(svc, emails.Group("bigco"), sendEmail, inbox.Workers(2)); err != nil {
+	if _, err := inbox.Handle(svc, emails.Group("bigco"), send, append(opts, inbox.Workers(2))...); err != nil {
 		return nil, err
 	}
 	return svc, nil
@@ -125,7 +128,7 @@ func runMailer(ctx context.Context, dbURL string) error {
 		return err
 	}
 	defer b.Close()
-	svc, err := newMailer(b)
+	svc, err := newMailer(b, sendEmail)
 	if err != nil {
 		return err
 	}
@@ -145,7 +148,7 @@ func TestSendEmail(t *testing.T) {
 	if _, err := b.DB().ExecContext(ctx, emailJobsSQLite); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := newMailer(b)
+	svc, err := newMailer(b, sendEmail)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,10 +171,61 @@ func TestSendEmail(t *testing.T) {
 	})
 }
 
+// failFirst fails each email's first try, as a busy mail server would.
+func failFirst(send inbox.Handler[EmailJob]) inbox.Handler[EmailJob] {
+	var mu sync.Mutex
+	tried := map[int64]bool{}
+	return func(ctx context.Context, job EmailJob) error {
+		mu.Lock()
+		first := !tried[job.ID]
+		tried[job.ID] = true
+		mu.Unlock()
+		if first {
+			return errors.New("smtp: 421 try again later")
+		}
+		return send(ctx, job)
+	}
+}
+
+// docs/testing.md, "A retry, without sleeping".
+func TestMailerRetries(t *testing.T) {
+	ctx := context.Background()
+	b := inboxtest.NewBroker(t, inboxtest.SQLite(t)) // or inboxtest.Postgres(t); a fake clock at inboxtest.Epoch
+	if _, err := b.DB().ExecContext(ctx, emailJobsSQLite); err != nil {
+		t.Fatal(err)
+	}
+	rec := inboxtest.NewRecorder(t, b, emails) // records every handling of the queue
+	svc, err := newMailer(b, rec.Wrap("a", failFirst(sendEmail)), rec.Observe("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := inboxtest.Start(t, svc) // returns once started; stopped (or the test fails) at cleanup
+
+	id, err := inbox.Publish(ctx, b, emails, EmailJob{Tenant: "acme", Payload: []byte(`{"to": "ada@example.com"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := rec.WaitHandled(id); h.Outcome != inbox.Retried {
+		t.Fatalf("first try: %v", h)
+	}
+	t.Log(inboxtest.Rows(t, b, emails)) // id 1: locked until 2026-01-01T00:00:00.9...Z, attempts 1, last error "smtp: 421 ..."
+	run.Advance(time.Second)            // waits until the service is idle, then moves the clock past the backoff
+	rec.WaitDrained()
+	if n := rec.Count(id); n != 2 { // the failed try, then the one that went
+		t.Fatalf("handled %d times, want 2", n)
+	}
+	rec.NoOverlaps() // never held by two holders at once
+}
+
 // The first service as the README runs it, on each database: the table
 // made from the README's DDL, a row written by its plain SQL, another by
 // Publish, and one of the group the second subscription serves.
+//
+// It runs after the other tests that send email, and leaves the outbox
+// empty: TestSendEmail reads all of it.
 func TestFirstService(t *testing.T) {
+	drainOutbox()
+	t.Cleanup(drainOutbox)
 	for _, db := range []struct{ name, ddl string }{{"sqlite", emailJobsSQLite}, {"postgres", emailJobsPostgres}} {
 		t.Run(db.name, func(t *testing.T) {
 			url := inboxtest.SQLite(t)

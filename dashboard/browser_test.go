@@ -68,7 +68,7 @@ func pwned(t *testing.T, ctx context.Context) {
 }
 
 // screenshot saves the page to $SQLINBOX_SCREENSHOTS/name.png when that is
-// set (the README's pictures come from here).
+// set (the pictures of docs/operating.md come from here).
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
 	dir := os.Getenv("SQLINBOX_SCREENSHOTS")

@@ -160,7 +160,7 @@ func TestLocksAndSchedulesPages(t *testing.T) {
 	})
 }
 
-// The same pages in the browser, for the README's pictures: the schedules
+// The same pages in the browser, for the pictures of docs/operating.md: the schedules
 // page shows the next moment and the failures, whose hostile error stays
 // text, also after a live refresh.
 func TestBrowserLocksAndSchedules(t *testing.T) {

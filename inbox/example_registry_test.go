@@ -10,7 +10,7 @@ import (
 )
 
 // A registered service, a queue paused and resumed, and the state an
-// operator reads: the README's "Operating a queue" in code.
+// operator reads: docs/operating.md's "Registering a service" in code.
 func ExampleService_Register() {
 	ctx := context.Background()
 	b, err := inbox.Open("sqlite://:memory:example_register", inbox.PollInterval(50*time.Millisecond))

@@ -12,7 +12,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/migrations"
 )
 
-// The README's "Metrics and traces" in code, with a ManualReader in place
+// docs/operating.md's "Metrics and traces" in code, with a ManualReader in place
 // of an exporter.
 func ExampleInstrument() {
 	ctx := context.Background()

@@ -11,7 +11,7 @@ import (
 
 func render(context.Context, job) error { return nil }
 
-// README, "Metrics and traces", on the global providers.
+// docs/operating.md, "Metrics and traces", on the global providers.
 func instrumented(b *inbox.Broker, queue inbox.Queue[job]) (*inbox.Service, error) {
 	svc := inbox.NewService("invoices", "1.4.0", b)
 	_, _ = inbox.Handle(svc, queue, render, inbox.Workers(8))
@@ -24,6 +24,6 @@ func instrumented(b *inbox.Broker, queue inbox.Queue[job]) (*inbox.Service, erro
 func TestReadmeSample(t *testing.T) {
 	b := inboxtest.NewBroker(t, inboxtest.SQLite(t))
 	if _, err := instrumented(b, inbox.MustQueue[job]("jobs")); err != nil {
-		t.Fatalf("the README's sample: %v", err)
+		t.Fatalf("the operating guide's sample: %v", err)
 	}
 }

@@ -26,7 +26,7 @@ func flakySMTP() inbox.Handler[Email] {
 	}
 }
 
-// The README's inboxtest sample, as it reads there.
+// A service test on the package example's mailer: a retry on the fake clock, recorded.
 func TestMailer(t *testing.T) {
 	ctx := context.Background()
 	b := inboxtest.NewBroker(t, inboxtest.SQLite(t)) // or inboxtest.Postgres(t); a fake clock at inboxtest.Epoch

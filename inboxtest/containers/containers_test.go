@@ -1,6 +1,6 @@
 package containers_test
 
-// README, "Postgres in Docker for your tests": the one line a user adds.
+// docs/testing.md, "Postgres in Docker for your tests": the one line a user adds.
 import _ "github.com/sqlinbox/sqlinbox/inboxtest/containers"
 
 import (

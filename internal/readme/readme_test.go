@@ -99,6 +99,57 @@ func TestDocLinksResolve(t *testing.T) {
 	}
 }
 
+var (
+	pathSpan = regexp.MustCompile("`((?:[a-z0-9_.-]+/)+[A-Za-z0-9_.-]+\\.(?:go|sql|md|png))`")
+	testSpan = regexp.MustCompile("`((?:Test|Example|Fuzz)[A-Za-z0-9_]*)`")
+)
+
+// Every file path (`claim/suite_test.go`) and every test (`TestPauseResume`)
+// that README.md and docs/*.md name in code spans exists, so a file or test
+// renamed does not leave the text naming what is gone.
+func TestDocNamesExist(t *testing.T) {
+	var all strings.Builder
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, "_test.go") {
+			src, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			all.Write(src)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := all.String()
+	for _, doc := range documents(t) {
+		md, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, _ := filepath.Rel(root, doc)
+		for _, m := range pathSpan.FindAllStringSubmatch(string(md), -1) {
+			_, errRoot := os.Stat(filepath.Join(root, m[1]))
+			_, errHere := os.Stat(filepath.Join(filepath.Dir(doc), m[1]))
+			if errRoot != nil && errHere != nil {
+				t.Errorf("%s names %s, which does not exist", name, m[1])
+			}
+		}
+		for _, m := range testSpan.FindAllStringSubmatch(string(md), -1) {
+			if !strings.Contains(tests, "func "+m[1]+"(") {
+				t.Errorf("%s names %s, which no _test.go file defines", name, m[1])
+			}
+		}
+	}
+}
+
 // prose is a Markdown text without its code: fenced blocks and inline code
 // spans, where brackets are Go, not links.
 func prose(md string) string {

@@ -65,19 +65,6 @@ func keyArg(v reflect.Value) (any, string) {
 
 func noRows(err error) bool { return errors.Is(err, sql.ErrNoRows) || errors.Is(err, pgx.ErrNoRows) }
 
-// conflictClause is the ON CONFLICT of a table with keys.
-func conflictClause(s *shape) string {
-	if k := s.column(RoleKey); k != "" {
-		return fmt.Sprintf(" ON CONFLICT (%s) DO NOTHING", dialect.Quote(k))
-	}
-	return ""
-}
-
-// byKeySQL looks a queued row up by its key: $1 the key.
-func byKeySQL(d *dialect.Dialect, table string, s *shape) string {
-	return d.Rebind(fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1", dialect.Quote(s.column(RoleID)), dialect.Quote(table), dialect.Quote(s.column(RoleKey))))
-}
-
 // checkKeyAndPriority asks for the indexes a key and a priority need.
 func checkKeyAndPriority(ctx context.Context, b *Broker, table string, s *shape, grouped bool, idx []dialect.Index) error {
 	if k := s.column(RoleKey); k != "" {
@@ -137,18 +124,20 @@ func hasIndex(idx []dialect.Index, cols []string) bool {
 // already it returns the queued row's id with a *DuplicateError. A queued
 // row acked between the insert and the look-up frees the key: the insert is
 // tried again.
-func publishKeyed(d *dialect.Dialect, table string, s *shape, row reflect.Value, query string, args []any, queryRow func(string, ...any) scanner) (int64, error) {
+func publishKeyed(d *dialect.Dialect, table string, s *shape, row reflect.Value, insert dialect.Call, queryRow func(string, ...any) scanner) (int64, error) {
 	keyParam, key := keyArg(row.FieldByIndex(s.byRole[RoleKey].index))
+	byKey := d.ByKey(dialect.Quote(table), dialect.Quote(s.column(RoleID)), dialect.Quote(s.column(RoleKey))).Call([]string{key})
 	for range 3 {
 		var id int64
-		err := queryRow(query, args...).Scan(&id)
+		err := queryRow(insert.SQL, insert.Args...).Scan(&id)
 		if err == nil {
 			return id, nil
 		}
 		if keyParam == nil || !noRows(err) {
 			return 0, fmt.Errorf("inbox: publish to %q: %w", table, err)
 		}
-		err = queryRow(byKeySQL(d, table, s), key).Scan(&id)
+		var queued string
+		err = queryRow(byKey.SQL, byKey.Args...).Scan(&id, &queued)
 		if err == nil {
 			return id, &DuplicateError{Table: table, Keys: []string{key}, IDs: []int64{id}}
 		}
@@ -241,12 +230,7 @@ func lookUpKeys(d *dialect.Dialect, table string, s *shape, keys []string, query
 	return out, r.Err()
 }
 
-// claimColumn is what a claim reads for field f: its column, but a key
-// without one (NULL) as "" for a string field, since an empty key is
-// written as NULL.
+// claimColumn is what a claim reads for field f (see dialect.ClaimColumn).
 func claimColumn(f field) string {
-	if f.role == RoleKey && f.typ.Kind() == reflect.String {
-		return fmt.Sprintf("COALESCE(%s, '')", dialect.Quote(f.column))
-	}
-	return dialect.Quote(f.column)
+	return dialect.ClaimColumn(dialect.Quote(f.column), f.role == RoleKey && f.typ.Kind() == reflect.String)
 }

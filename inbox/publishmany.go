@@ -20,8 +20,8 @@ const sqliteBatchRows = 500
 
 // PublishMany writes rows into q's table and returns their ids in the rows'
 // order. Every row gets the same Delay or At. On Postgres it is one
-// statement, one round trip however many rows (INSERT ... SELECT FROM
-// unnest of one array per column); on SQLite one transaction of
+// statement, one round trip however many rows (an insert from the unnest
+// of one array per column); on SQLite one transaction of
 // multi-row INSERTs. Either every row is written or none is. The queue's
 // subscriptions are woken once, and with ListenNotify one notification is
 // sent for the batch.

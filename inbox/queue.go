@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -194,45 +193,39 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 	if err != nil {
 		return 0, err
 	}
-	query, fields := b.insertSQL(q.table, q.shape, tm)
+	ins, fields := b.insertSQL(q.table, q.shape, tm)
 	v := reflect.ValueOf(row)
-	args := make([]any, 0, len(fields)+3)
+	values := make([]any, 0, len(fields)+4)
 	traceparent := b.traceparent(ctx, q.shape)
 	for _, f := range fields {
 		if f.role == RoleTrace {
-			args = append(args, traceArg(v.FieldByIndex(f.index), traceparent))
+			values = append(values, traceArg(v.FieldByIndex(f.index), traceparent))
 			continue
 		}
 		if f.role == RoleGroup && q.group != "" {
-			args = append(args, q.group)
+			values = append(values, q.group)
 			continue
 		}
 		if f.role == RoleKey {
 			k, _ := keyArg(v.FieldByIndex(f.index))
-			args = append(args, k)
+			values = append(values, k)
 			continue
 		}
-		args = append(args, v.FieldByIndex(f.index).Interface())
+		values = append(values, v.FieldByIndex(f.index).Interface())
 	}
 	offset, at := cfg.lockedUntil(tm, b.clock.Now())
-	args = append(args, offset)
-	if tm.InDatabase {
-		args = append(args, at)
+	payload := q.group
+	// A payload must stay under Postgres's 8000 bytes: a group too long for
+	// the stamp goes unstamped (its process is woken twice).
+	if b.listener != nil && stamped && len(q.group) < 7900 {
+		payload = b.hub.Stamp(q.group)
 	}
-	if b.listener != nil {
-		payload := q.group
-		// A payload must stay under Postgres's 8000 bytes: a group too
-		// long for the stamp goes unstamped (its process is woken twice).
-		if stamped && len(q.group) < 7900 {
-			payload = b.hub.Stamp(q.group)
-		}
-		args = append(args, q.table, payload)
-	}
+	call := ins.Call(values, offset, at, q.table, payload)
 	if q.shape.column(RoleKey) != "" {
-		return publishKeyed(b.d, q.table, q.shape, v, query, args, func(query string, args ...any) scanner { return queryRow(query, args...) })
+		return publishKeyed(b.d, q.table, q.shape, v, call, func(query string, args ...any) scanner { return queryRow(query, args...) })
 	}
 	var id int64
-	if err := queryRow(query, args...).Scan(&id); err != nil {
+	if err := queryRow(call.SQL, call.Args...).Scan(&id); err != nil {
 		return 0, fmt.Errorf("inbox: publish to %q: %w", q.table, err)
 	}
 	return id, nil
@@ -293,25 +286,43 @@ func (b *Broker) times(ctx context.Context, catalog dialect.Querier, table strin
 	return tm, nil
 }
 
-// insertSQL builds (once per table) the publish statement and the fields it
-// writes, in order: then locked_until's offset, with the database clock
-// locked_until's absolute time (At), then (with ListenNotify) channel and
-// payload of the notification.
-func (b *Broker) insertSQL(table string, s *shape, tm dialect.Times) (string, []field) {
+// insertSQL builds (once per table and row type) the publish statement
+// and the fields it writes, in order.
+func (b *Broker) insertSQL(table string, s *shape, tm dialect.Times) (dialect.PublishSQL, []field) {
 	key := table + "\x00" + s.typ.String()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ins, ok := b.inserts[key]
 	if !ok {
-		ins = insert{query: insertStatement(b.d, table, s, tm, b.listener != nil), fields: insertColumns(s)}
+		fields := insertColumns(s)
+		cols := make([]string, len(fields))
+		for i, f := range fields {
+			cols[i] = dialect.Quote(f.column)
+		}
+		ins = insert{fields: fields, stmt: b.d.Publish(dialect.Insert{
+			Table:       dialect.Quote(table),
+			Columns:     cols,
+			LockedUntil: dialect.Quote(s.column(RoleLockedUntil)),
+			ID:          dialect.Quote(s.column(RoleID)),
+			Key:         quoteOpt(s.column(RoleKey)),
+			Notify:      b.listener != nil,
+		}, tm)}
 		b.inserts[key] = ins
 	}
-	return ins.query, ins.fields
+	return ins.stmt, ins.fields
 }
 
 type insert struct {
-	query  string
+	stmt   dialect.PublishSQL
 	fields []field
+}
+
+// quoteOpt quotes an optional column, "" staying "".
+func quoteOpt(col string) string {
+	if col == "" {
+		return ""
+	}
+	return dialect.Quote(col)
 }
 
 func insertColumns(s *shape) []field {
@@ -324,30 +335,4 @@ func insertColumns(s *shape) []field {
 		out = append(out, f)
 	}
 	return out
-}
-
-func insertStatement(d *dialect.Dialect, table string, s *shape, tm dialect.Times, notify bool) string {
-	fields := insertColumns(s)
-	cols := make([]string, 0, len(fields)+1)
-	params := make([]string, 0, len(fields)+1)
-	for i, f := range fields {
-		cols = append(cols, dialect.Quote(f.column))
-		params = append(params, fmt.Sprintf("$%d", i+1))
-	}
-	cols = append(cols, dialect.Quote(s.column(RoleLockedUntil)))
-	n := len(fields) + 1
-	// NULL means no delay. Postgres keeps NULL through now() + NULL; SQLite's
-	// time functions would turn it into now, so it needs the CASE.
-	params = append(params, dialect.PublishTime(d, tm, n))
-	if tm.InDatabase {
-		n++
-	}
-	insert := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s)%s RETURNING %s",
-		dialect.Quote(table), strings.Join(cols, ", "), strings.Join(params, ", "), conflictClause(s), dialect.Quote(s.column(RoleID)))
-	if notify {
-		n++
-		insert = fmt.Sprintf("WITH ins AS (%s) SELECT ins.%s FROM ins, (SELECT pg_notify($%d, $%d)) AS n",
-			insert, dialect.Quote(s.column(RoleID)), n, n+1)
-	}
-	return d.Rebind(insert)
 }

@@ -64,14 +64,14 @@ func NewSQL(ctx context.Context, db *sql.DB, opts ...SQLOption) (*SQL, error) {
 	if err := db.PingContext(ctx); err != nil {
 		return nil, fmt.Errorf("lock: the %s database is unreachable (check its URL, and that the server runs and accepts this client): %w", d, err)
 	}
+	stmts := d.Lock()
 	var probe int
-	err = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM (SELECT 1 FROM "+dialect.LockTable+" LIMIT 1) AS t").Scan(&probe)
-	if err != nil {
+	if err := db.QueryRowContext(ctx, stmts.Probe.Call().SQL).Scan(&probe); err != nil {
 		return nil, fmt.Errorf("lock: %s table %s is not usable (create it with migrations.ApplyLocks(ctx, db)): %w", d, dialect.LockTable, err)
 	}
 	s := &SQL{
 		db: db, d: d, clock: clock.OrHost(o.clock), log: o.logger, sweep: o.sweep,
-		stmts: d.Lock(),
+		stmts: stmts,
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel

@@ -62,7 +62,7 @@ func (p *pin) close() {
 		// pool that keeps sessions alive behind database/sql (a broker on a
 		// *pgxpool.Pool) would otherwise get the session back with its locks.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := p.conn.ExecContext(ctx, "SELECT pg_advisory_unlock_all()")
+		_, err := p.conn.ExecContext(ctx, p.c.env.SQL.UnlockAll.Call().SQL)
 		cancel()
 		if err != nil {
 			// Then end the session itself: closing the pgx connection ends

@@ -1,7 +1,7 @@
 // Package rowlock is the claim form that holds each claimed row under a
 // Postgres row lock for as long as its handler runs.
 //
-// A claim takes one row with SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1 on a
+// A claim locks one row (FOR UPDATE SKIP LOCKED, one row at a time) on a
 // connection of its own and holds it in a transaction that stays open while
 // the handler runs. Ack deletes the row and commits; retry and park update
 // it and commit; release rolls back. Where the table counts attempts, the
@@ -40,7 +40,7 @@ type form struct{}
 func (form) Name() string { return "rowlock" }
 
 func (form) Supports(d *dialect.Dialect) error {
-	return claim.PostgresOnly("rowlock", "SELECT ... FOR UPDATE SKIP LOCKED in a transaction per job", d)
+	return claim.PostgresOnly("rowlock", "a row lock (FOR UPDATE SKIP LOCKED) in a transaction per job", d)
 }
 
 func (f form) New(env claim.Env) (claim.Claimer, error) {

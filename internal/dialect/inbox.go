@@ -99,6 +99,9 @@ type InboxSQL struct {
 	// Unlock releases advisory locks (its parameters the lock class, an
 	// int4, and the ids, a bigint[]).
 	Unlock UnlockSQL
+	// UnlockAll releases every advisory lock of the session, before a
+	// session that may still hold some goes back to its pool.
+	UnlockAll PlainSQL
 	// Parked lists parked rows in id order.
 	Parked ParkedSQL
 	// Count counts rows by state. Returns available, held (leased or
@@ -305,6 +308,7 @@ SELECT id, locked, pri FROM walk WHERE steps > 0`,
 		}
 		s.Floor = FloorSQL{x(fmt.Sprintf("SELECT min(%s) FROM %s WHERE %s >= %s%s", t.ID, t.Name, t.ID, d.bigint(1), group(2)))}
 		s.Unlock = UnlockSQL{x("SELECT pg_advisory_unlock($1::int, (id % 4294967296)::bigint::bit(32)::int) FROM unnest($2::bigint[]) AS u(id)")}
+		s.UnlockAll = PlainSQL{x("SELECT pg_advisory_unlock_all()")}
 	}
 	return s
 }

@@ -28,6 +28,11 @@ func (s text) SQL() string { return s.sql }
 
 func (s text) call(args ...any) Call { return Call{SQL: s.sql, Args: args} }
 
+// text is a statement written with $n placeholders, in d's own.
+func (d *Dialect) text(sql string, tm Times) text {
+	return text{sql: d.Rebind(sql), tm: tm, kind: d.Kind}
+}
+
 // nullable is a text argument that is NULL when empty.
 func nullable(s string) any {
 	if s == "" {

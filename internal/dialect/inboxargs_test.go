@@ -53,17 +53,40 @@ func checkCalls(t *testing.T, where string, stmts any) {
 		for j := range in {
 			in[j] = reflect.Zero(call.Type().In(j))
 		}
-		got := call.Call(in)[0].Interface().(Call)
-		used := map[string]bool{}
-		for _, m := range placeholder.FindAllStringSubmatch(sql, -1) {
-			used[m[1]] = true
+		checkCall(t, where+": "+field, call.Call(in)[0].Interface().(Call))
+	}
+}
+
+// checkCall checks that c gives as many arguments as its text reads
+// parameters, and that its text reads each of them.
+func checkCall(t *testing.T, what string, c Call) {
+	t.Helper()
+	used := map[string]bool{}
+	for _, m := range placeholder.FindAllStringSubmatch(c.SQL, -1) {
+		used[m[1]] = true
+	}
+	if len(used) != len(c.Args) {
+		t.Errorf("%s has %d parameters, its Call gives %d arguments\n%s", what, len(used), len(c.Args), c.SQL)
+	}
+	for n := 1; n <= len(c.Args); n++ {
+		if !used[strconv.Itoa(n)] {
+			t.Errorf("%s never reads parameter %d\n%s", what, n, c.SQL)
 		}
-		if len(used) != len(got.Args) {
-			t.Errorf("%s: %s has %d parameters, its Call gives %d arguments\n%s", where, field, len(used), len(got.Args), sql)
-		}
-		for n := 1; n <= len(got.Args); n++ {
-			if !used[strconv.Itoa(n)] {
-				t.Errorf("%s: %s never reads parameter %d", where, field, n)
+	}
+}
+
+// A one-row publish, with and without a key, a notification and the
+// database clock.
+func TestPublishCallMatchesItsParameters(t *testing.T) {
+	for _, kind := range []Kind{SQLite, Postgres} {
+		for _, inDB := range []bool{false, true} {
+			for _, notify := range []bool{false, kind == Postgres} {
+				for _, key := range []string{"", `"key"`} {
+					tm := Times{Kind: kind, Encoding: EncodingFor(kind, "DATETIME"), InDatabase: inDB}
+					in := Insert{Table: `"t"`, Columns: []string{`"payload"`, `"key"`}, LockedUntil: `"locked_until"`, ID: `"id"`, Key: key, Notify: notify}
+					c := Of(kind).Publish(in, tm).Call([]any{"p", "k"}, nil, nil, "t", "")
+					checkCall(t, fmt.Sprintf("%v publish, database clock %v, notify %v, key %q", kind, inDB, notify, key), c)
+				}
 			}
 		}
 	}

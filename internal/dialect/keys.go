@@ -59,3 +59,12 @@ func (d *Dialect) ByKey(table, id, key string) ByKeySQL {
 	}
 	return ByKeySQL{text{kind: d.Kind, sql: fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s IN (SELECT value FROM json_each(?1))", id, key, table, key)}}
 }
+
+// ClaimColumn is what a claim reads of a column (quoted): the column, but a
+// string key's NULL (no key) as "", since an empty key is written as NULL.
+func ClaimColumn(col string, stringKey bool) string {
+	if stringKey {
+		return fmt.Sprintf("COALESCE(%s, '')", col)
+	}
+	return col
+}

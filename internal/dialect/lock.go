@@ -70,6 +70,9 @@ type LockSQL struct {
 	// each other's rows (Postgres); SQLite keeps the row of the table's
 	// greatest fence.
 	Sweep LockSweepSQL
+	// Probe reads at most one row of the table: the store's check that the
+	// table is there and readable.
+	Probe PlainSQL
 }
 
 // Lock writes the lock store's statements.
@@ -80,6 +83,7 @@ func (d *Dialect) Lock() LockSQL {
 		Extend:  LockExtendSQL{x(d.lockExtend())},
 		Release: LockReleaseSQL{x(d.lockRelease())},
 		Sweep:   LockSweepSQL{x(d.lockSweep())},
+		Probe:   PlainSQL{x("SELECT COUNT(*) FROM (SELECT 1 FROM " + LockTable + " LIMIT 1) AS t")},
 	}
 	if d.Kind == SQLite {
 		s.Nearest = LockNearestSQL{x(d.lockNearest())}

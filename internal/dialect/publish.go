@@ -2,15 +2,16 @@ package dialect
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
-// PublishTime is the SQL of a published row's locked_until: parameter n is
+// publishTime is the SQL of a published row's locked_until: parameter n is
 // the offset for Times.At (NULL for no delay); with the database clock,
 // parameter n+1 is an absolute time encoded as the column keeps it, which
 // wins when not NULL (a publish for a set time must not depend on how far
 // the host's clock is from the database's).
-func PublishTime(d *Dialect, tm Times, n int) string {
+func (d *Dialect) publishTime(tm Times, n int) string {
 	at := tm.At(n)
 	if !tm.InDatabase {
 		return at
@@ -21,6 +22,79 @@ func PublishTime(d *Dialect, tm Times, n int) string {
 	}
 	// SQLite's time functions would turn a NULL offset into now.
 	return fmt.Sprintf("CASE WHEN $%d IS NOT NULL THEN $%d WHEN $%d IS NULL THEN NULL ELSE %s END", n+1, n+1, n, at)
+}
+
+// conflict is the ON CONFLICT clause of a table with keys (key the quoted
+// key column), "" without keys: a row whose key is queued is skipped.
+func onConflict(key string) string {
+	if key == "" {
+		return ""
+	}
+	return fmt.Sprintf(" ON CONFLICT (%s) DO NOTHING", key)
+}
+
+// withNotify wraps an insert so that it also runs pg_notify(channel,
+// payload), parameters n and n+1, in the same statement, returning the
+// insert's returning columns.
+func withNotify(insert string, returning []string, n int) string {
+	ret := make([]string, len(returning))
+	for i, r := range returning {
+		ret[i] = "ins." + r
+	}
+	return fmt.Sprintf("WITH ins AS (%s) SELECT %s FROM ins, (SELECT pg_notify($%d, $%d)) AS n",
+		insert, strings.Join(ret, ", "), n, n+1)
+}
+
+// Insert is a publish of one row.
+type Insert struct {
+	Table       string   // quoted
+	Columns     []string // quoted: the columns the row writes
+	LockedUntil string   // quoted
+	ID          string   // quoted: the column returned
+	Key         string   // quoted key column, "" for a table without keys
+	Notify      bool     // Postgres: pg_notify(channel, payload) in the statement
+}
+
+// PublishSQL writes one row and returns its id; with a key already queued
+// it returns no row.
+type PublishSQL struct {
+	text
+	notify bool
+}
+
+// Publish writes the statement of one row's publish.
+func (d *Dialect) Publish(in Insert, tm Times) PublishSQL {
+	params := make([]string, 0, len(in.Columns)+1)
+	for i := range in.Columns {
+		params = append(params, fmt.Sprintf("$%d", i+1))
+	}
+	n := len(in.Columns) + 1
+	params = append(params, d.publishTime(tm, n))
+	cols := append(slices.Clip(in.Columns), in.LockedUntil)
+	q := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s)%s RETURNING %s",
+		in.Table, strings.Join(cols, ", "), strings.Join(params, ", "), onConflict(in.Key), in.ID)
+	if in.Notify {
+		if tm.InDatabase {
+			n++
+		}
+		q = withNotify(q, []string{in.ID}, n+1)
+	}
+	return PublishSQL{text: d.text(q, tm), notify: in.Notify}
+}
+
+// Call writes values (one per Insert.Columns, in order) and locked_until:
+// offset for Times.At (nil for no delay) and, with the database clock, at,
+// an absolute time encoded as the column keeps it (nil for none; it wins);
+// with Notify, a notification of payload on channel. values is reused.
+func (s PublishSQL) Call(values []any, offset, at any, channel, payload string) Call {
+	args := append(values, offset)
+	if s.tm.InDatabase {
+		args = append(args, at)
+	}
+	if s.notify {
+		args = append(args, channel, payload)
+	}
+	return s.call(args...)
 }
 
 // Batch is a publish of many rows into one table, all with the same
@@ -40,7 +114,7 @@ type Batch struct {
 }
 
 // fixed numbers a batch statement's parameters, in order: the offset for
-// Times.At, with the database clock the absolute time (see PublishTime),
+// Times.At, with the database clock the absolute time (see publishTime),
 // with Notify the channel and payload, with Group the group, then from
 // first the rows' columns: on Postgres one array each, on SQLite each row's
 // values in turn.
@@ -72,11 +146,8 @@ func (d *Dialect) PublishMany(b Batch, tm Times, rows int) string {
 		cols += ", " + b.Group
 	}
 	cols += ", " + b.LockedUntil
-	at := PublishTime(d, tm, timeN)
-	conflict := ""
-	if b.Key != "" {
-		conflict = fmt.Sprintf(" ON CONFLICT (%s) DO NOTHING", b.Key)
-	}
+	at := d.publishTime(tm, timeN)
+	conflict := onConflict(b.Key)
 	returning := strings.Join(b.Returning, ", ")
 	if d.Kind == Postgres {
 		return d.publishManyPostgres(b, at, conflict, returning, cols, notifyN, groupN, first)
@@ -122,12 +193,7 @@ func (d *Dialect) publishManyPostgres(b Batch, at, conflict, returning, cols str
 	if !b.Notify {
 		return q
 	}
-	ret := make([]string, len(b.Returning))
-	for i, r := range b.Returning {
-		ret[i] = "ins." + r
-	}
-	return fmt.Sprintf("WITH ins AS (%s) SELECT %s FROM ins, (SELECT pg_notify($%d, $%d)) AS n",
-		q, strings.Join(ret, ", "), notifyN, notifyN+1)
+	return withNotify(q, b.Returning, notifyN)
 }
 
 // MaxParams is the most parameters one SQLite statement takes

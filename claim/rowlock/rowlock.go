@@ -47,12 +47,12 @@ func (f form) New(env claim.Env) (claim.Claimer, error) {
 	if err := claim.CheckEnv(f, env); err != nil {
 		return nil, err
 	}
-	return &claimer{env: env, query: env.SQL.SelectAvailable.Locking("FOR UPDATE SKIP LOCKED")}, nil
+	return &claimer{env: env, query: env.SQL.SelectAvailable}, nil
 }
 
 type claimer struct {
 	env   claim.Env
-	query dialect.SelectAvailableSQL // with its lock clause
+	query dialect.SelectAvailableSQL
 	held  atomic.Int64               // connections taken: claims in flight and jobs in work
 	mark  claim.Mark                 // where the next claim starts (see claim.Mark)
 }

@@ -7,14 +7,6 @@ import (
 	"time"
 )
 
-// The states an operator sees a row in, read from locked_until alone.
-const (
-	StateAvailable = "available" // NULL, or at or before now
-	StateHeld      = "held"      // after now, within a lease: in work, or due again soon
-	StateDelayed   = "delayed"   // beyond a lease from now: a retry's backoff, a delayed publish
-	StateParked    = "parked"    // at Never: failed its last attempt
-)
-
 // AdminTable names an inbox table's columns for the operator's
 // statements, quoted; optional roles are empty when the table lacks them.
 type AdminTable struct {
@@ -99,13 +91,13 @@ func (d *Dialect) stateCond(t AdminTable, state string, f AdminFilter, arg func(
 	lu := t.LockedUntil
 	switch state {
 	case StateAvailable:
-		return fmt.Sprintf("(%s IS NULL OR %s <= %s)", lu, lu, arg(t.Times.Encode(f.Now))), nil
+		return availableCond(lu, arg(t.Times.Encode(f.Now))), nil
 	case StateHeld:
-		return fmt.Sprintf("(%s > %s AND %s <= %s)", lu, arg(t.Times.Encode(f.Now)), lu, arg(t.Times.Encode(f.Horizon))), nil
+		return heldCond(lu, arg(t.Times.Encode(f.Now)), arg(t.Times.Encode(f.Horizon))), nil
 	case StateDelayed:
-		return fmt.Sprintf("(%s > %s AND %s < %s)", lu, arg(t.Times.Encode(f.Horizon)), lu, arg(t.Times.Encode(Never))), nil
+		return delayedCond(lu, arg(t.Times.Encode(f.Horizon)), arg(t.Times.Encode(Never))), nil
 	case StateParked:
-		return fmt.Sprintf("%s >= %s", lu, arg(t.Times.Encode(Never))), nil
+		return parkedCond(lu, arg(t.Times.Encode(Never))), nil
 	}
 	return "", fmt.Errorf("unknown state %q: use available, held, delayed or parked", state)
 }
@@ -151,12 +143,13 @@ func (d *Dialect) countStates(t AdminTable, where string, n int) string {
 	}
 	now, hz, never := p(0), p(1), p(2)
 	return fmt.Sprintf(`SELECT
-	COALESCE(SUM(CASE WHEN lu IS NULL OR lu <= %[1]s THEN 1 ELSE 0 END), 0),
-	COALESCE(SUM(CASE WHEN lu > %[1]s AND lu <= %[2]s THEN 1 ELSE 0 END), 0),
-	COALESCE(SUM(CASE WHEN lu > %[2]s AND lu < %[3]s THEN 1 ELSE 0 END), 0),
-	COALESCE(SUM(CASE WHEN lu >= %[3]s THEN 1 ELSE 0 END), 0),
-	MIN(CASE WHEN lu IS NULL OR lu <= %[1]s THEN oldest END),
+	COALESCE(SUM(CASE WHEN %[1]s THEN 1 ELSE 0 END), 0),
+	COALESCE(SUM(CASE WHEN %[2]s THEN 1 ELSE 0 END), 0),
+	COALESCE(SUM(CASE WHEN %[3]s THEN 1 ELSE 0 END), 0),
+	COALESCE(SUM(CASE WHEN %[4]s THEN 1 ELSE 0 END), 0),
+	MIN(CASE WHEN %[1]s THEN oldest END),
 	COUNT(*)
-FROM (SELECT %[4]s AS lu, %[5]s AS oldest FROM %[6]s WHERE %[7]s ORDER BY %[8]s LIMIT %[9]s) AS s`,
-		now, hz, never, lu, oldest, t.Name, where, t.ID, p(3))
+FROM (SELECT %[5]s AS lu, %[6]s AS oldest FROM %[7]s WHERE %[8]s ORDER BY %[9]s LIMIT %[10]s) AS s`,
+		availableCond("lu", now), heldCond("lu", now, hz), delayedCond("lu", hz, never), parkedCond("lu", never),
+		lu, oldest, t.Name, where, t.ID, p(3))
 }

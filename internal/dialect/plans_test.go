@@ -93,7 +93,7 @@ func claimsKeepAGenericPlan(t *testing.T, oneHeap bool) {
 		if n != limit {
 			t.Fatalf("claim with limit %d took %d rows", limit, n)
 		}
-		sel := q.SelectAvailable.Locking("FOR UPDATE SKIP LOCKED").Call(now, nil, math.MinInt64)
+		sel := q.SelectAvailable.Call(now, nil, math.MinInt64)
 		rows, err = tx.QueryContext(ctx, sel.SQL, sel.Args...)
 		if err != nil {
 			t.Fatal(err)
@@ -206,7 +206,7 @@ func TestClaimsUseThePrimaryKeyOnAnIntegerID(t *testing.T) {
 		now := time.Now()
 		for name, c := range map[string]dialect.Call{
 			"lease":   q.ClaimLease.Call(now, time.Minute, 10, nil, 15000),
-			"rowlock": q.SelectAvailable.Locking("FOR UPDATE SKIP LOCKED").Call(now, nil, 15000),
+			"rowlock": q.SelectAvailable.Call(now, nil, 15000),
 		} {
 			rows, err := db.QueryContext(ctx, "EXPLAIN "+c.SQL, c.Args...)
 			if err != nil {

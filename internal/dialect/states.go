@@ -1,0 +1,100 @@
+package dialect
+
+import (
+	"fmt"
+	"time"
+)
+
+// A row's state is read from locked_until alone, against three cuts: now,
+// a horizon (now plus the queue's lease) and Never. The SQL conditions and
+// StateOf below are the one definition; every count and listing uses them.
+const (
+	StateAvailable = "available" // NULL, or at or before now
+	StateHeld      = "held"      // after now, up to the horizon: in work, or due again soon
+	StateDelayed   = "delayed"   // after the horizon, before Never: a retry's backoff, a delayed publish
+	StateParked    = "parked"    // at Never or after: failed its last attempt
+)
+
+// StateOf is the state of a row whose locked_until is lu (set false for
+// NULL). With horizon now, no row is held: a row claimed or delayed is
+// StateDelayed.
+func StateOf(lu time.Time, set bool, now, horizon time.Time) string {
+	switch {
+	case !set || !lu.After(now):
+		return StateAvailable
+	case !lu.After(horizon):
+		return StateHeld
+	case lu.Before(Never):
+		return StateDelayed
+	}
+	return StateParked
+}
+
+// availableCond is the condition of an available row: lu is the
+// locked_until column, now the SQL of the time.
+func availableCond(lu, now string) string {
+	return fmt.Sprintf("(%s IS NULL OR %s <= %s)", lu, lu, now)
+}
+
+// heldCond is the condition of a held row.
+func heldCond(lu, now, horizon string) string {
+	return fmt.Sprintf("(%s > %s AND %s <= %s)", lu, now, lu, horizon)
+}
+
+// delayedCond is the condition of a delayed row; with horizon now, of a
+// row held or delayed.
+func delayedCond(lu, horizon, never string) string {
+	return fmt.Sprintf("(%s > %s AND %s < %s)", lu, horizon, lu, never)
+}
+
+// parkedCond is the condition of a parked row.
+func parkedCond(lu, never string) string {
+	return fmt.Sprintf("%s >= %s", lu, never)
+}
+
+// ParkedSQL lists parked rows in id order.
+type ParkedSQL struct{ text }
+
+// $1 Never, $2 the group.
+func (w inboxTable) parked() ParkedSQL {
+	return ParkedSQL{w.text(fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1%s ORDER BY %s", w.returning(), w.t.Name, w.t.LockedUntil, w.group(2), w.t.ID))}
+}
+
+// Call lists the parked rows of group.
+func (s ParkedSQL) Call(group any) Call { return s.call(s.tm.Encode(Never), group) }
+
+// CountSQL counts rows by state (see InboxSQL.Count).
+type CountSQL struct{ text }
+
+// $1 now, $2 Never, $3 the group.
+func (w inboxTable) count() CountSQL {
+	lu, now := w.t.LockedUntil, w.tm.At(1)
+	return CountSQL{w.text(fmt.Sprintf(`SELECT
+	COALESCE(SUM(CASE WHEN %s THEN 1 ELSE 0 END), 0),
+	COALESCE(SUM(CASE WHEN %s THEN 1 ELSE 0 END), 0),
+	COALESCE(SUM(CASE WHEN %s THEN 1 ELSE 0 END), 0)
+FROM %s WHERE TRUE%s`, availableCond(lu, now), delayedCond(lu, now, "$2"), parkedCond(lu, "$2"), w.t.Name, w.group(3)))}
+}
+
+// Call counts the rows of group as they stand at now.
+func (s CountSQL) Call(now time.Time, group any) Call {
+	return s.call(s.tm.Arg(now, 0), s.tm.Encode(Never), group)
+}
+
+// UnparkSQL makes parked rows available again with no attempts.
+type UnparkSQL struct{ text }
+
+// $1 Never, $2 the ids, $3 the group.
+func (w inboxTable) unpark() UnparkSQL {
+	reset := ""
+	if w.t.Attempts != "" {
+		reset = fmt.Sprintf(", %s = 0", w.t.Attempts)
+	}
+	lu := w.t.LockedUntil
+	return UnparkSQL{w.text(fmt.Sprintf("UPDATE %s SET %s = NULL%s WHERE %s = $1 AND %s%s", w.t.Name, lu, reset, lu, w.d.InList(w.t.ID, 2), w.group(3)))}
+}
+
+// Call unparks the rows ids of group.
+func (s UnparkSQL) Call(ids []int64, group any) Call {
+	return s.call(s.tm.Encode(Never), Of(s.kind).ListArg(ids), group)
+}

@@ -114,24 +114,6 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 	}
 }
 
-// crash ends the loops without leaving and leaves every share as it is, as
-// a dead process would: tests use it.
-func (s *Scheduler) crash() {
-	s.mu.Lock()
-	started := s.state == 1
-	s.state = 2
-	s.mu.Unlock()
-	if started {
-		s.crashed.Store(true)
-		s.stopLoops()
-		s.loops.Wait()
-		s.stopRenew()
-		<-s.renewDone
-		s.stopRuns()
-		s.runs.Wait()
-	}
-}
-
 // holdName takes this instance's name for Start. While another scheduler's
 // hold has it, Start waits, a third of a heartbeat at a time: a hold that is
 // renewed meanwhile belongs to a live scheduler (ErrDuplicateInstance, within

@@ -168,7 +168,6 @@ type Scheduler struct {
 	loops     sync.WaitGroup
 	runs      sync.WaitGroup
 	renewDone chan struct{}
-	crashed   atomic.Bool // tests: runs that end leave their shares as they are
 	heldMu    sync.Mutex
 	held      map[shareKey]*heldShare
 }

@@ -80,8 +80,8 @@ func (s *Scheduler) start(e *entry, r Run, token string) {
 		}()
 		lost := errors.Is(context.Cause(ctx), ErrShareLost)
 		switch {
-		case s.crashed.Load() || lost:
-			// A dead process settles nothing; a lost share is another's.
+		case lost:
+			// A lost share is another's.
 		case err != nil && s.runsCtx.Err() != nil:
 			s.release(e, r, token) // cut short by Stop: another instance runs it
 		default:

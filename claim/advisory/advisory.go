@@ -25,6 +25,7 @@ import (
 
 	"github.com/sqlinbox/sqlinbox/internal/claim"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/internal/testsignal"
 )
 
 // Form is the advisory-lock form.
@@ -74,12 +75,10 @@ type claimer struct {
 	class int32
 	held  atomic.Int64 // pinned connections: claims in flight and batches in work
 
-	// Test signals, per claimer. afterLock, when set, runs between the
-	// lock and the reread: the moment a previous holder may delete or
-	// delay a row. unpipelined sends an ack's delete and unlock as two
-	// round trips, as a pool whose driver is not pgx does.
-	afterLock   func(ids []int64)
-	unpipelined bool
+	// locked is reached between the lock and the reread, with the ids
+	// locked: the moment a previous holder may delete or delay a row. Only
+	// a test arms it (see testsignal).
+	locked testsignal.Signal[[]int64]
 }
 
 // Traits: one claim takes a row for every free worker, all on one pinned
@@ -140,9 +139,7 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 		if len(ids) == 0 {
 			break
 		}
-		if c.afterLock != nil {
-			c.afterLock(ids)
-		}
+		c.locked.Reach(ids)
 		got, err := c.reread(ctx, conn, ids)
 		if err != nil {
 			p.dirty = true

@@ -3,8 +3,12 @@ package advisory
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sqlinbox/sqlinbox/clock"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
@@ -20,6 +24,12 @@ import (
 // database, which this package's counts of pg_locks and skipped rows would
 // see.
 func newClaimer(t *testing.T) (*claimer, *sql.DB) {
+	c, db, _ := newClaimerAt(t)
+	return c, db
+}
+
+// newClaimerAt is newClaimer that also returns the database's URL.
+func newClaimerAt(t *testing.T) (*claimer, *sql.DB, string) {
 	t.Helper()
 	url := inboxtest.Postgres(t)
 	db, d, err := dialect.Open(url)
@@ -48,8 +58,44 @@ func newClaimer(t *testing.T) (*claimer, *sql.DB) {
 			t.Fatal(err)
 		}
 	}
-	return c.(*claimer), db
+	return c.(*claimer), db, url
 }
+
+// throughWrapper is a claimer like c on a pool of its own to url whose
+// driver wraps pgx's, as otelsql or sqlhooks do: its connections are not
+// pgx's own, so the form sends what it would pipeline as separate
+// statements.
+func throughWrapper(t *testing.T, c *claimer, url string) *claimer {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(wrappingConnector{stdlib.GetConnector(*cfg)})
+	t.Cleanup(func() { db.Close() })
+	env := c.env
+	env.DB = db
+	w, err := Form.New(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w.(*claimer)
+}
+
+// wrappingConnector hands out pgx's connections inside a type of its own.
+type wrappingConnector struct{ driver.Connector }
+
+func (w wrappingConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	c, err := w.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return wrappedConn{c.(*stdlib.Conn)}, nil
+}
+
+// wrappedConn is a pgx connection (every method of it promoted) that is
+// not a *stdlib.Conn.
+type wrappedConn struct{ *stdlib.Conn }
 
 func locks(t *testing.T, db *sql.DB) int {
 	t.Helper()
@@ -75,15 +121,36 @@ func TestRereadAndSkip(t *testing.T) {
 	if _, err := other.ExecContext(ctx, "SELECT pg_advisory_lock($1, 1)", Class("advisory_jobs")); err != nil {
 		t.Fatal(err)
 	}
-	c.afterLock = func(ids []int64) {
-		if _, err := db.Exec("DELETE FROM advisory_jobs WHERE id = 2"); err != nil {
-			t.Error(err)
-		}
-		if _, err := db.Exec("UPDATE advisory_jobs SET locked_until = now() + interval '1 hour' WHERE id = 3"); err != nil {
-			t.Error(err)
+	// Between each lock and its reread, row 2 is deleted and row 3
+	// delayed, as their previous holder would.
+	c.locked.Hold()
+	type claimed struct {
+		jobs []*claim.Job
+		err  error
+	}
+	done := make(chan claimed, 1)
+	go func() {
+		jobs, err := c.Claim(ctx, 3)
+		done <- claimed{jobs, err}
+	}()
+	var r claimed
+	for held := true; held; {
+		select {
+		case <-c.locked.Reached():
+			if _, err := db.Exec("DELETE FROM advisory_jobs WHERE id = 2"); err != nil {
+				t.Error(err)
+			}
+			if _, err := db.Exec("UPDATE advisory_jobs SET locked_until = now() + interval '1 hour' WHERE id = 3"); err != nil {
+				t.Error(err)
+			}
+			c.locked.Resume()
+		case r = <-done:
+			held = false
+		case <-time.After(30 * time.Second):
+			t.Fatal("the claim neither locked rows nor returned within 30s")
 		}
 	}
-	jobs, err := c.Claim(ctx, 3)
+	jobs, err := r.jobs, r.err
 	if err != nil {
 		t.Fatal(err)
 	}

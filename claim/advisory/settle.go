@@ -224,21 +224,19 @@ var errNoPipeline = errors.New("advisory: the connection is not a pgx connection
 // locks: it must end).
 func (p *pin) ackMany(ctx context.Context, ids []int64) (deleted map[int64]bool, err, uerr error) {
 	e := &p.c.env
-	if !p.c.unpipelined {
-		rerr := p.conn.Raw(func(dc any) error {
-			sc, ok := dc.(*stdlib.Conn)
-			if !ok {
-				return errNoPipeline
-			}
-			deleted, err, uerr = pipelineAck(ctx, sc.Conn().PgConn(), e.SQL, p.c.class, ids)
-			return nil
-		})
-		if !errors.Is(rerr, errNoPipeline) {
-			if rerr != nil && err == nil {
-				err, uerr = rerr, rerr
-			}
-			return deleted, err, uerr
+	rerr := p.conn.Raw(func(dc any) error {
+		sc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return errNoPipeline
 		}
+		deleted, err, uerr = pipelineAck(ctx, sc.Conn().PgConn(), e.SQL, p.c.class, ids)
+		return nil
+	})
+	if !errors.Is(rerr, errNoPipeline) {
+		if rerr != nil && err == nil {
+			err, uerr = rerr, rerr
+		}
+		return deleted, err, uerr
 	}
 	deleted = make(map[int64]bool, len(ids))
 	err = func() error {

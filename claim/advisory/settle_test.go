@@ -32,11 +32,13 @@ func TestAckUnlocksAfterCommit(t *testing.T) {
 var gateClass = Class("advisory settle test gate")
 
 func testAckUnlocksAfterCommit(t *testing.T, pipelined bool) {
-	a, db := newClaimer(t)
-	a.unpipelined = !pipelined
+	a, db, url := newClaimerAt(t)
 	b, err := Form.New(a.env)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !pipelined {
+		a = throughWrapper(t, a, url)
 	}
 	ctx := context.Background()
 	// The commit of a delete of row id waits for the gate (gateClass, id).

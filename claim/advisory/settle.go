@@ -122,8 +122,6 @@ func (p *pin) flush(batch []settlement, errs []error) {
 	p.watch.Pause()
 	// A flush settles every job queued on the pin, not only one caller's,
 	// so no caller's context may cut it short.
-	// A turn settles every job queued on the pin, not only its caller's,
-	// so no one caller's context may cut it short.
 	ctx, cancel := context.WithTimeout(context.Background(), contract.SettleTimeout)
 	dirty := false
 	var acks []int // indexes in batch

@@ -96,8 +96,8 @@ func (s suite) killedHolder(t *testing.T) {
 		return len(evs) > 0
 	})
 	if s.form != lease.Form {
-		if took := time.Since(killed); took > leaseFor {
-			t.Errorf("the row came back %v after its holder died; the %s form frees it at once", took, s.form.Name())
+		if elapsed := time.Since(killed); elapsed > leaseFor {
+			t.Errorf("the row came back %v after its holder died; the %s form frees it at once", elapsed, s.form.Name())
 		}
 	}
 	close(release)

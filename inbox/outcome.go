@@ -122,8 +122,8 @@ type Event = inboxtype.Event
 // to a quarter (see Backoff).
 func DefaultBackoff(failures int) time.Duration { return engine.DefaultBackoff(failures, MaxBackoff) }
 
-// judge tells the engine what a handler's error asks for.
-func judge(err error) (engine.Verdict, time.Duration) {
+// errorVerdict tells the engine what a handler's error asks for.
+func errorVerdict(err error) (engine.Verdict, time.Duration) {
 	var (
 		se *SnoozeError
 		pe *ParkError

@@ -348,7 +348,7 @@ func (s *Subscription) engineConfig(wakes <-chan struct{}) engine.Config {
 		c.Handle = s.handleJob
 	}
 	c.Prepare = func(j *iclaim.Job) { s.shape.setLease(reflect.ValueOf(j.Value).Elem(), j.Lease) }
-	c.Judge = judge
+	c.ErrorVerdict = errorVerdict
 	c.Paused = s.paused
 	c.Unreachable, c.DeadConn = s.b.d.Unreachable, s.b.d.DeadConn
 	c.Observe = s.cfg.observe

@@ -26,8 +26,8 @@ type Listener struct {
 	mu       sync.Mutex
 	channels map[string]bool          // channel -> LISTEN issued on the current connection
 	first    map[string]chan struct{} // channel -> closed once first listened to
-	kick     chan struct{}
-	ready    chan struct{} // closed and replaced each time every channel is listened to
+	added    chan struct{}            // a channel was added: LISTEN it
+	ready    chan struct{}            // closed and replaced each time every channel is listened to
 	pid      atomic.Uint32
 }
 
@@ -42,7 +42,7 @@ func NewListener(db *sql.DB, hub *Hub, log *slog.Logger) *Listener {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Listener{db: db, hub: hub, log: log, channels: map[string]bool{}, first: map[string]chan struct{}{}, kick: make(chan struct{}, 1), ready: make(chan struct{})}
+	return &Listener{db: db, hub: hub, log: log, channels: map[string]bool{}, first: map[string]chan struct{}{}, added: make(chan struct{}, 1), ready: make(chan struct{})}
 }
 
 // Listen adds a channel; the running listener issues LISTEN for it at once.
@@ -54,7 +54,7 @@ func (l *Listener) Listen(channel string) {
 	}
 	l.mu.Unlock()
 	select {
-	case l.kick <- struct{}{}:
+	case l.added <- struct{}{}:
 	default:
 	}
 }
@@ -154,7 +154,7 @@ func (l *Listener) session(ctx context.Context, lost *bool) error {
 			waitCtx, stop := context.WithCancel(ctx)
 			go func() {
 				select {
-				case <-l.kick:
+				case <-l.added:
 					stop()
 				case <-waitCtx.Done():
 				}
@@ -166,7 +166,7 @@ func (l *Listener) session(ctx context.Context, lost *bool) error {
 					return ctx.Err()
 				}
 				if waitCtx.Err() != nil && !pc.PgConn().IsClosed() {
-					continue // kicked: a channel to add
+					continue // a channel was added
 				}
 				return err
 			}

@@ -48,10 +48,10 @@ type blocks struct {
 // to BlockIDs rows) is taken within seven Rescans.
 const behindRuns = 5
 
-// blocky says whether claims may take blocks at now: the table has a block
+// blocksAllowed says whether claims may take blocks at now: the table has a block
 // sequence (and no priority column), the subscription takes all of it, and
 // no ticket failed lately.
-func (c *claimer) blocky(now time.Time) bool {
+func (c *claimer) blocksAllowed(now time.Time) bool {
 	e := &c.env
 	return e.SQL.Ticket.SQL() != "" && e.Group == nil && e.Rescan > 0 && !now.Before(c.blk.offUntil)
 }
@@ -62,8 +62,8 @@ func (c *claimer) blocky(now time.Time) bool {
 // ids between rows), lying within half a block, close enough that a block
 // would hold minBlockRows rows like them. Sparser rows would take a block
 // or more a claim, each with its ticket.
-func (b *blocks) after(blocky, full bool, jobs []*claim.Job) {
-	if !blocky || !full || b.on || !dense(jobs) {
+func (b *blocks) after(allowed, full bool, jobs []*claim.Job) {
+	if !allowed || !full || b.on || !dense(jobs) {
 		return
 	}
 	lo, _ := span(jobs)

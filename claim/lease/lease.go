@@ -84,13 +84,13 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 		jobs, err = c.claimBlocks(ctx, now, max)
 	default:
 		jobs, err = c.claim(ctx, now, max, from)
-		b.after(c.blocky(now), err == nil && len(jobs) == max, jobs)
+		b.after(c.blocksAllowed(now), err == nil && len(jobs) == max, jobs)
 	}
 	if err != nil && len(jobs) == 0 {
 		return nil, err
 	}
 	c.acks.claimed(len(jobs))
-	c.mark.Took(err == nil && len(jobs) == max, jobs)
+	c.mark.Claimed(err == nil && len(jobs) == max, jobs)
 	return jobs, err
 }
 

@@ -53,8 +53,8 @@ func (f form) New(env claim.Env) (claim.Claimer, error) {
 type claimer struct {
 	env   claim.Env
 	query dialect.SelectAvailableSQL
-	held  atomic.Int64               // connections taken: claims in flight and jobs in work
-	mark  claim.Mark                 // where the next claim starts (see claim.Mark)
+	held  atomic.Int64 // connections taken: claims in flight and jobs in work
+	mark  claim.Mark   // where the next claim starts (see claim.Mark)
 }
 
 // Traits: one row a claim, each holding a transaction, and so a
@@ -189,10 +189,10 @@ func (c *claimer) first(rows *sql.Rows, err error) (*claim.Job, error) {
 		return nil, fmt.Errorf("claim from %q (rowlock): %w", e.Table.Unquoted, err)
 	}
 	if j == nil {
-		c.mark.Took(false, nil)
+		c.mark.Claimed(false, nil)
 		return nil, nil
 	}
-	c.mark.Took(true, []*claim.Job{j})
+	c.mark.Claimed(true, []*claim.Job{j})
 	return j, nil
 }
 

@@ -449,7 +449,7 @@ loop:
 		}
 	}
 	r.records.Wait()
-	return r.judge(ctx)
+	return r.verdict(ctx)
 }
 
 // stopAll asks every process to stop (SIGTERM: workers finish their
@@ -491,10 +491,10 @@ func (r *soakRun) progress(ctx context.Context) {
 		cn.Produced, r.c.jobs, cn.Handled, cn.Queued, cn.Handlings, r.kills, r.restarts)
 }
 
-// judge reads the verdict from the records, waiting for the database if it
+// verdict reads the verdict from the records, waiting for the database if it
 // is still coming back, prints the key=value line and fails the run on a
 // lost row, an overlap, or a soak that did not test what it says.
-func (r *soakRun) judge(ctx context.Context) error {
+func (r *soakRun) verdict(ctx context.Context) error {
 	var v soakVerdict
 	var err error
 	for deadline := time.Now().Add(time.Minute); ; {

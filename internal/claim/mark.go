@@ -42,13 +42,13 @@ type Mark struct {
 	from    int64 // the least id the last full claim took
 	scanned time.Time
 
-	floor   int64     // where the live rows begin (see Mark)
-	read    bool      // the floor was read at least once
-	readAt  time.Time // the last floor read
-	deepAt  time.Time // the last floor read from the table's start
-	took    bool      // rows were taken since the last floor read
-	hi      int64     // the greatest id taken
-	tookAny bool      // hi is set
+	floor          int64     // where the live rows begin (see Mark)
+	read           bool      // the floor was read at least once
+	readAt         time.Time // the last floor read
+	deepAt         time.Time // the last floor read from the table's start
+	takenSinceRead bool      // rows were taken since the last floor read
+	hi             int64     // the greatest id taken
+	hiSet          bool      // hi is set
 }
 
 // DeepRescans is how many Rescans pass between floor reads from the
@@ -91,7 +91,7 @@ func (m *Mark) FloorDue(now time.Time, rescan time.Duration) (from int64, due bo
 		return 0, false
 	case !m.read || now.Sub(m.deepAt) >= DeepRescans*rescan:
 		return math.MinInt64, true
-	case m.took && (m.floor == math.MinInt64 || now.Sub(m.readAt) >= rescan):
+	case m.takenSinceRead && (m.floor == math.MinInt64 || now.Sub(m.readAt) >= rescan):
 		// With no floor yet (the table was empty at the last read and
 		// nothing had been taken), the first rows taken give it one.
 		return m.floor, true
@@ -107,7 +107,7 @@ func (m *Mark) SetFloor(now time.Time, from int64, least sql.NullInt64) {
 	switch {
 	case least.Valid:
 		m.floor = least.Int64
-	case m.tookAny && m.hi < math.MaxInt64:
+	case m.hiSet && m.hi < math.MaxInt64:
 		m.floor = max(from, m.hi+1)
 	default:
 		m.floor = from
@@ -115,15 +115,15 @@ func (m *Mark) SetFloor(now time.Time, from int64, least sql.NullInt64) {
 	if from == math.MinInt64 {
 		m.deepAt = now
 	}
-	m.read, m.readAt, m.took = true, now, false
+	m.read, m.readAt, m.takenSinceRead = true, now, false
 	if m.marked && m.from < m.floor {
 		m.marked = false
 	}
 }
 
-// Took records a claim's outcome: full says it found all it asked for, and
+// Claimed records a claim's outcome: full says it found all it asked for, and
 // jobs are what it took.
-func (m *Mark) Took(full bool, jobs []*Job) {
+func (m *Mark) Claimed(full bool, jobs []*Job) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	least, hi := int64(math.MaxInt64), int64(math.MinInt64)
@@ -131,10 +131,10 @@ func (m *Mark) Took(full bool, jobs []*Job) {
 		least, hi = min(least, j.ID), max(hi, j.ID)
 	}
 	if len(jobs) > 0 {
-		if !m.tookAny || hi > m.hi {
+		if !m.hiSet || hi > m.hi {
 			m.hi = hi
 		}
-		m.took, m.tookAny = true, true
+		m.takenSinceRead, m.hiSet = true, true
 	}
 	if !full || len(jobs) == 0 {
 		m.marked = false

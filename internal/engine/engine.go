@@ -25,10 +25,10 @@ import (
 // Verdict is what a handler's error asks for.
 type Verdict int
 
-// The verdicts Callbacks.Judge gives.
+// The verdicts Callbacks.ErrorVerdict gives.
 const (
 	Retry      Verdict = iota // after the backoff
-	RetryAfter                // after the delay Judge gives
+	RetryAfter                // after the delay ErrorVerdict gives
 	Park                      // now, whatever attempts are left
 	Snooze                    // after the delay, giving the attempt back
 )
@@ -41,9 +41,9 @@ type Callbacks struct {
 	// Prepare readies a job's row just before its handler runs (it writes
 	// the lease into the user's struct).
 	Prepare func(j *contract.Job)
-	// Judge says what a handler's error asks for, with the delay of
+	// ErrorVerdict says what a handler's error asks for, with the delay of
 	// RetryAfter and Snooze.
-	Judge func(err error) (Verdict, time.Duration)
+	ErrorVerdict func(err error) (Verdict, time.Duration)
 	// Observe, when set, gets each settled handling.
 	Observe func(inboxtype.Event)
 	// Paused, when set, says the subscription's queue is paused now: rows

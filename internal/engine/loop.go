@@ -10,8 +10,8 @@ import (
 	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
 )
 
-// claimGather is the longest a claim for few workers waits for more.
-const claimGather = time.Millisecond
+// workerWait is the longest a claim for few workers waits for more.
+const workerWait = time.Millisecond
 
 // wakeCooldown is the least time between a claim that found nothing and
 // the next claim a wake starts.
@@ -43,8 +43,8 @@ type claimResult struct {
 }
 
 // loop is the claim loop: it keeps claims in flight for free workers, and
-// each event it waits on (a claim's result, a worker's kick, a wake, the
-// poll, a cooldown's or a gather's end, the stop) is a method.
+// each event it waits on (a claim's result, a worker's signal, a wake, the
+// poll, a cooldown's or a worker wait's end, the stop) is a method.
 type loop struct {
 	e *Engine
 	w *workers
@@ -63,22 +63,22 @@ type loop struct {
 	idle      bool // waiting for a wake or the poll
 	wakeGen   uint64
 
-	failures, quick, slow int // failed claims in a row; sent again at once; backed off
-	lastErr               string
+	failures, retriedAtOnce, backedOff int // failed claims in a row; of them, sent again at once; backed off
+	lastErr                            string
 
 	results chan claimResult
 	claims  chan claimReq
 	// Claims outlive Run's ctx so that rows a claim took at the stop are
-	// known and given back; they are cut the shutdown timeout after it.
+	// known and given back; they are cancelled the shutdown timeout after it.
 	// Their context lasts a busy spell: it ends once the loop is idle, as
 	// the driver's calls leave bookkeeping in it (0.3 kB an idle
 	// subscription kept for nothing).
-	claimBase    context.Context
-	claimCtx     context.Context // nil while idle
-	cancelClaims context.CancelFunc
-	cut          *time.Timer
-	stopping     bool
-	ctxDone      <-chan struct{}
+	claimBase      context.Context
+	claimCtx       context.Context // nil while idle
+	cancelClaims   context.CancelFunc
+	claimsDeadline *time.Timer
+	stopping       bool
+	ctxDone        <-chan struct{}
 
 	poll      clock.Timer
 	pollArmed bool
@@ -98,7 +98,7 @@ type loop struct {
 
 	// In a form whose claim takes a row for every free worker, a claim for
 	// fewer than half the workers, while the others are busy, waits up to
-	// claimGather for more of them to free up: under a backlog claims stay
+	// workerWait for more of them to free up: under a backlog claims stay
 	// large, and a commit is paid per many rows. On Postgres, where each
 	// claim's commit waits for a WAL flush, a claim under a backlog (the
 	// last claim came back full) waits so for all the workers (lease, 200k
@@ -110,11 +110,11 @@ type loop struct {
 	// for, so a trickle is not held. A form of one row a claim never waits,
 	// nor does a claim that takes spare rows (spare.go): its size does not
 	// depend on the free workers.
-	gatherAll   bool
-	backlog     bool
-	gathered    bool
-	gathering   bool
-	gatherTimer *time.Timer
+	waitForAllWorkers bool
+	backlog           bool
+	waitedForWorkers  bool
+	waitingForWorkers bool
+	workerWaitTimer   *time.Timer
 
 	// The handling rate last measured (jobs a second of host time), and
 	// where its span began: it bounds the spare rows a claim takes.
@@ -125,11 +125,11 @@ type loop struct {
 
 func newLoop(e *Engine, w *workers, ctx context.Context) *loop {
 	l := &loop{e: e, w: w, maxClaims: 1, free: e.cfg.Workers, results: make(chan claimResult, e.cfg.Workers+1),
-		claims: make(chan claimReq), ctxDone: ctx.Done(), gatherAll: e.traits.ConcurrentWriters}
+		claims: make(chan claimReq), ctxDone: ctx.Done(), waitForAllWorkers: e.traits.ConcurrentWriters}
 	if e.traits.ConcurrentWriters && e.traits.RowsPerClaim != 0 {
 		l.maxClaims = e.cfg.Conns
 	}
-	w.kickEach = e.traits.PinsConnection || l.maxClaims > 1
+	w.signalEach = e.traits.PinsConnection || l.maxClaims > 1
 	l.claimBase = context.WithoutCancel(ctx)
 	if e.cfg.Poller != nil {
 		l.parking = parking{group: e.cfg.Group, floor: floorOf(e.cfg.Claimer), due: make(chan struct{}, 1), idle: e.cfg.Idle}
@@ -160,7 +160,7 @@ func (l *loop) run(ctx context.Context) {
 		// A blocked select holds a runtime record per channel it waits on
 		// (96 B each, on the heap): an idle loop waits on no channel that
 		// cannot deliver. Results come only for claims in flight.
-		results, kick := l.results, l.w.kick
+		results, changed := l.results, l.w.changed
 		if l.inflight == 0 {
 			results = nil
 		}
@@ -169,22 +169,22 @@ func (l *loop) run(ctx context.Context) {
 		}
 		idle := l.idle && !l.stopping && l.inflight == 0 && l.free == l.e.cfg.Workers && l.settling == 0 && l.w.spare.len() == 0
 		if idle {
-			// Nothing is in work or settling: no kick has news.
-			kick = nil
+			// Nothing is in work or settling: no signal has news.
+			changed = nil
 			l.endClaims()
 		}
 		l.e.cfg.Idle.set(idle, pollAt, poller, l.e.cfg.Wakes, l.parking.due)
 		select {
 		case r := <-results:
 			l.onResult(ctx, r)
-		case <-kick:
+		case <-changed:
 			// The counts are read at the top of the loop.
 		case <-l.e.cfg.Wakes:
 			l.onWake()
 		case <-timerC(l.coolTimer):
 			l.cooling = false
-		case <-timerC(l.gatherTimer):
-			l.gathering, l.gathered = false, true
+		case <-timerC(l.workerWaitTimer):
+			l.waitingForWorkers, l.waitedForWorkers = false, true
 		case <-pollC:
 			l.onPoll()
 		case <-l.parking.due:
@@ -200,7 +200,7 @@ func (l *loop) run(ctx context.Context) {
 func (l *loop) close() {
 	l.unpark()
 	close(l.claims)
-	for _, t := range []*time.Timer{l.coolTimer, l.gatherTimer} {
+	for _, t := range []*time.Timer{l.coolTimer, l.workerWaitTimer} {
 		if t != nil {
 			t.Stop()
 		}
@@ -211,8 +211,8 @@ func (l *loop) close() {
 	if l.cancelClaims != nil {
 		l.cancelClaims()
 	}
-	if l.cut != nil {
-		l.cut.Stop()
+	if l.claimsDeadline != nil {
+		l.claimsDeadline.Stop()
 	}
 }
 
@@ -234,14 +234,14 @@ func (l *loop) claimMore() {
 		extra := l.extra(k)
 		// A claim that takes spare rows is as large at once: it waits for
 		// no more free workers.
-		if rows == 0 && extra == 0 && !l.gathered && (l.free*2 < e.cfg.Workers || l.gatherAll && l.backlog && l.free < e.cfg.Workers) {
-			if !l.gathering {
-				l.gathering = true
-				resetTimer(&l.gatherTimer, claimGather)
+		if rows == 0 && extra == 0 && !l.waitedForWorkers && (l.free*2 < e.cfg.Workers || l.waitForAllWorkers && l.backlog && l.free < e.cfg.Workers) {
+			if !l.waitingForWorkers {
+				l.waitingForWorkers = true
+				resetTimer(&l.workerWaitTimer, workerWait)
 			}
 			return
 		}
-		l.gathered = false
+		l.waitedForWorkers = false
 		if rows > 0 {
 			k = min(k, rows)
 		}
@@ -343,25 +343,25 @@ func (l *loop) onFailure(err error) {
 		e.logger().Error("inbox: claim failed; retrying with backoff", "table", e.cfg.Table, "err", err, "failures", l.failures)
 		l.lastErr = msg
 	}
-	if e.cfg.DeadConn(err) && l.quick <= e.cfg.Conns {
+	if e.cfg.DeadConn(err) && l.retriedAtOnce <= e.cfg.Conns {
 		// Failed on a connection that had ended: the pool dropped it, and
 		// the next claim takes another, at once (each such failure ends
 		// one dead connection).
-		l.quick++
+		l.retriedAtOnce++
 		return
 	}
 	// Repeated failures back off, doubling; a wake meanwhile is kept: the
 	// claim at the backoff's end is the one it asks for.
-	l.slow++
+	l.backedOff++
 	l.idle = true
-	l.rearm(min(MinFailWait<<min(l.slow-1, 9), MaxFailWait))
+	l.rearm(min(MinFailWait<<min(l.backedOff-1, 9), MaxFailWait))
 }
 
 // worked notes a claim that did not fail.
 func (l *loop) worked() {
 	if l.failures > 0 {
 		l.e.logger().Info("inbox: claims work again", "table", l.e.cfg.Table)
-		l.failures, l.lastErr, l.quick, l.slow = 0, "", 0, 0
+		l.failures, l.lastErr, l.retriedAtOnce, l.backedOff = 0, "", 0, 0
 	}
 }
 
@@ -391,7 +391,7 @@ func (l *loop) stop() {
 	l.stopping = true
 	l.ctxDone = nil
 	if l.cancelClaims != nil { // else no claim is in flight
-		l.cut = time.AfterFunc(l.e.cfg.Shutdown, l.cancelClaims)
+		l.claimsDeadline = time.AfterFunc(l.e.cfg.Shutdown, l.cancelClaims)
 	}
 	l.releaseSpare()
 }
@@ -404,7 +404,7 @@ func (l *loop) cool() {
 }
 
 // resetTimer arms *t for d, making it at its first use: an idle loop may
-// never arm its cooldown or gather, and each timer costs 200 B of heap.
+// never arm its cooldown or worker wait, and each timer costs 200 B of heap.
 func resetTimer(t **time.Timer, d time.Duration) {
 	if *t == nil {
 		*t = time.NewTimer(d)

@@ -50,8 +50,8 @@ func runEngine(t *testing.T, c contract.Claimer, unreachable func(error) bool) (
 		Shutdown: time.Second, Poll: time.Hour, Conns: 4, Clock: clk, Log: slog.New(slog.DiscardHandler), Claimer: c, Wakes: wakes,
 		Counters: &Counters{}, Idle: NewIdle(clk), Callbacks: Callbacks{
 			Handle: func(context.Context, *contract.Job) error { return nil }, Prepare: func(*contract.Job) {},
-			Judge:   func(error) (Verdict, time.Duration) { return Retry, 0 },
-			Observe: func(ev inboxtype.Event) { events <- ev }, Unreachable: unreachable, DeadConn: unreachable}})
+			ErrorVerdict: func(error) (Verdict, time.Duration) { return Retry, 0 },
+			Observe:      func(ev inboxtype.Event) { events <- ev }, Unreachable: unreachable, DeadConn: unreachable}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { e.Run(ctx); close(done) }()
@@ -97,9 +97,9 @@ func TestClaimOnADeadConnectionSentAgainAtOnce(t *testing.T) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	took := c.claims[5].Sub(c.claims[0])
-	t.Logf("five claims failed on dead connections; the sixth sent %v after the first", took)
-	if took > 1500*time.Millisecond {
-		t.Fatalf("the sixth claim came %v after the first: the failures backed off", took)
+	elapsed := c.claims[5].Sub(c.claims[0])
+	t.Logf("five claims failed on dead connections; the sixth sent %v after the first", elapsed)
+	if elapsed > 1500*time.Millisecond {
+		t.Fatalf("the sixth claim came %v after the first: the failures backed off", elapsed)
 	}
 }

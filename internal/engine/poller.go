@@ -61,7 +61,7 @@ type Floorer interface {
 type parking struct {
 	group  string
 	floor  func() int64
-	due    chan struct{} // poked when the poller finds the group has a row
+	due    chan struct{} // signalled when the poller finds the group has a row
 	idle   *Idle         // told at once that the loop is woken (see poll)
 	parked bool          // guarded by the poller's mu
 }
@@ -236,6 +236,6 @@ func (p *Poller) poll() {
 		if k.idle != nil {
 			k.idle.woken()
 		}
-		poke(k.due)
+		signal(k.due)
 	}
 }

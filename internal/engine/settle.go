@@ -74,7 +74,7 @@ func (e *Engine) settle(j *contract.Job, err error, lost bool) (inboxtype.Outcom
 	}
 	sctx, scancel := context.WithTimeout(context.Background(), contract.SettleTimeout)
 	defer scancel()
-	verdict, delay := e.cfg.Judge(err)
+	verdict, delay := e.cfg.ErrorVerdict(err)
 	attempt := max(j.Attempts, 1)
 	switch {
 	case verdict == Snooze:

@@ -32,7 +32,7 @@ func testEngine(clk clock.Clock, o opts, handle func(context.Context, *contract.
 	return New(Config{Name: "test", Table: "jobs", Workers: 1, MaxAttempts: 25, Lease: o.lease, Timeout: o.timeout,
 		Shutdown: time.Second, Poll: time.Second, Clock: clk, Log: slog.New(slog.DiscardHandler), Claimer: leaseClaimer{},
 		Counters: &Counters{}, Idle: NewIdle(clk), Callbacks: Callbacks{Handle: handle, Prepare: func(*contract.Job) {},
-			Judge: func(error) (Verdict, time.Duration) { return Retry, 0 }, Unreachable: func(error) bool { return false }, DeadConn: func(error) bool { return false }}})
+			ErrorVerdict: func(error) (Verdict, time.Duration) { return Retry, 0 }, Unreachable: func(error) bool { return false }, DeadConn: func(error) bool { return false }}})
 }
 
 // extendStub is a settler whose extensions fail, each call told on calls.

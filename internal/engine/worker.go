@@ -36,13 +36,13 @@ type task struct {
 // rows a statement (8 processes x 25 workers, lease, Postgres: 22 rows an
 // ack statement and 0.055 commits a job, against 0.025 with the room).
 //
-// Workers count what they freed and what is settling, and kick the loop
+// Workers count what they freed and what is settling, and signal the loop
 // when it has something to decide: with one claim in flight in a form whose
 // hold pins no connection, at the first worker freed, at half of them and
-// at all (the gather's points), and when the last settlement ends;
+// at all (the points a claim waits for), and when the last settlement ends;
 // otherwise (a connection freed may be what the loop waits on, see
-// contract.Claimer.Held) at every freeing and every settlement's end. Kicks
-// that come while the loop is busy fold into one. (A kick a job woke the
+// contract.Claimer.Held) at every freeing and every settlement's end. Signals
+// that come while the loop is busy fold into one. (A signal a job woke the
 // loop about once a job; with these, and the acker woken likewise, a
 // Postgres drain of 200k jobs 2x100 took 5.2-5.8 us of the process's CPU a
 // job, against 5.9-6.3, four runs each.)
@@ -65,8 +65,8 @@ type workers struct {
 	freed, settling, handling atomic.Int64
 	handled                   atomic.Int64 // handlers returned, for the loop's rate
 	spare                     spare
-	kick                      chan struct{}
-	kickEach                  bool
+	changed                   chan struct{} // a worker freed or a settlement ended
+	signalEach                bool
 	firstFree, halfFree       int64
 
 	// An ack sent without a waiter keeps its handling in an ackWait until
@@ -99,13 +99,13 @@ func (w *workers) dispatch(t task) {
 
 // ready makes what the worker goroutines share, before the first starts:
 // a subscription that never handled a row keeps none of it (0.5 kB of an
-// idle one's heap). Until then tasks and kick are nil, never ready.
+// idle one's heap). Until then tasks and changed are nil, never ready.
 func (w *workers) ready() {
 	if w.tasks != nil {
 		return
 	}
 	n := w.e.cfg.Workers
-	w.tasks, w.kick = make(chan task), make(chan struct{}, 1)
+	w.tasks, w.changed = make(chan task), make(chan struct{}, 1)
 	w.slots, w.ackSlots = make(chan struct{}, n), make(chan struct{}, n+ackRoom(n))
 	w.ctx, w.cancel = context.WithCancelCause(context.WithoutCancel(w.runCtx))
 }
@@ -137,15 +137,15 @@ func (w *workers) run(t task) {
 		}
 		if !more {
 			w.freed.Add(1)
-			if left := w.handling.Add(-1); w.kickEach || left == w.firstFree || left == w.halfFree || left == 0 {
-				poke(w.kick)
+			if left := w.handling.Add(-1); w.signalEach || left == w.firstFree || left == w.halfFree || left == 0 {
+				signal(w.changed)
 			}
 		}
 		w.settle(h, async)
 		if len(skipped) > 0 {
 			w.e.putBack(skipped)
-			if w.settling.Add(-1) == 0 || w.kickEach {
-				poke(w.kick)
+			if w.settling.Add(-1) == 0 || w.signalEach {
+				signal(w.changed)
 			}
 		}
 		if more {
@@ -174,8 +174,8 @@ func (w *workers) settle(h handling, async bool) {
 // decides.
 func (w *workers) endSettlement(slot chan struct{}) {
 	<-slot
-	if w.settling.Add(-1) == 0 || w.kickEach {
-		poke(w.kick)
+	if w.settling.Add(-1) == 0 || w.signalEach {
+		signal(w.changed)
 	}
 }
 
@@ -189,7 +189,7 @@ func (w *workers) shutdown() {
 		return // no handler ever ran
 	}
 	close(w.tasks)
-	// Nothing reads the kicks any more; a worker's kick never blocks.
+	// Nothing reads the signals any more; a worker's signal never blocks.
 	finished := make(chan struct{})
 	go func() { w.handlers.Wait(); w.acking.Wait(); close(finished) }()
 	deadline := e.cfg.Clock.NewTimer(e.cfg.Shutdown)
@@ -318,8 +318,8 @@ func (e *Engine) call(ctx context.Context, j *contract.Job) (err error) {
 	return e.cfg.Handle(ctx, j)
 }
 
-// poke sends on a channel of capacity one unless a send is pending already.
-func poke(c chan struct{}) {
+// signal sends on a channel of capacity one unless a send is pending already.
+func signal(c chan struct{}) {
 	select {
 	case c <- struct{}{}:
 	default:

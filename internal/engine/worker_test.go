@@ -99,7 +99,7 @@ func runEndless(t *testing.T, workers int, acks *heldAcks, handled *atomic.Int64
 				}
 				return nil
 			},
-			Prepare: func(*contract.Job) {}, Judge: func(error) (Verdict, time.Duration) { return Retry, 0 },
+			Prepare: func(*contract.Job) {}, ErrorVerdict: func(error) (Verdict, time.Duration) { return Retry, 0 },
 			Observe: observe, Unreachable: unreachable, DeadConn: unreachable}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -49,8 +49,8 @@ type Committer[R any] struct {
 	first    time.Time // when the oldest pending request came
 	expected int       // requests announced by Expect, not yet come
 	running  bool
-	kick     chan struct{}
-	timer    *time.Timer // the linger's and the idle wait's, kept by run
+	wake     chan struct{} // a request came, or the awaited one was dropped
+	timer    *time.Timer   // the linger's and the idle wait's, kept by run
 }
 
 // call is one queued request and where its result goes: done, or else res.
@@ -66,7 +66,7 @@ func New[R any](cfg Config[R]) *Committer[R] {
 	if cfg.Flush == nil {
 		panic("groupcommit: Config.Flush is nil")
 	}
-	return &Committer[R]{cfg: cfg, kick: make(chan struct{}, 1)}
+	return &Committer[R]{cfg: cfg, wake: make(chan struct{}, 1)}
 }
 
 // Expect says n more requests are coming: while any is expected, the
@@ -85,7 +85,7 @@ func (c *Committer[R]) Drop() {
 	wake := c.expected == 0 && len(c.pending) > 0
 	c.mu.Unlock()
 	if wake {
-		c.poke()
+		c.wakeRun()
 	}
 }
 
@@ -140,7 +140,7 @@ func (c *Committer[R]) queue(cl call[R]) {
 	}
 	c.mu.Unlock()
 	if wake {
-		c.poke()
+		c.wakeRun()
 	}
 }
 
@@ -149,23 +149,24 @@ func (c *Committer[R]) full() bool {
 	return c.cfg.Max > 0 && len(c.pending) >= c.cfg.Max
 }
 
-func (c *Committer[R]) poke() {
+// wakeRun ends the run's wait, unless a wake is pending already.
+func (c *Committer[R]) wakeRun() {
 	select {
-	case c.kick <- struct{}{}:
+	case c.wake <- struct{}{}:
 	default:
 	}
 }
 
-// wait waits d or a kick, and says whether it was kicked.
-func (c *Committer[R]) wait(d time.Duration) (kicked bool) {
+// wait waits d or a wake, and says whether it was woken.
+func (c *Committer[R]) wait(d time.Duration) (woken bool) {
 	c.timer.Reset(d)
 	select {
-	case <-c.kick:
-		kicked = true
+	case <-c.wake:
+		woken = true
 	case <-c.timer.C:
 	}
 	c.timer.Stop()
-	return kicked
+	return woken
 }
 
 // run flushes batches until none has been queued for Config.Idle, then

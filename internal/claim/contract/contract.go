@@ -56,7 +56,7 @@ type Traits struct {
 	HoldExpires bool
 	// PinsConnection says jobs in work hold pool connections (Held counts
 	// them): the end of each settlement may free one, so the loop is told
-	// of every settlement, not only of the points where it gathers.
+	// of every settlement, not only of the points where a claim waits for them.
 	PinsConnection bool
 }
 

@@ -2,9 +2,12 @@ package inbox_test
 
 import (
 	"context"
+	"database/sql"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/sqlinbox/sqlinbox/claim/rowlock"
 	"github.com/sqlinbox/sqlinbox/clock"
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
@@ -70,4 +73,48 @@ func TestDatabaseClockIgnoresHostSkew(t *testing.T) {
 			})
 		}
 	})
+}
+
+// With the database clock on Postgres, publishes work, and a row-lock
+// retry counts its delay from the retry, not from the claim.
+func TestDatabaseClockPublishAndRowlockRetry(t *testing.T) {
+	url := inboxtest.Postgres(t)
+	b := open(t, url, inbox.WithClock(clock.Database{}))
+	q := inbox.MustQueue[Job]("jobs")
+	ctx := context.Background()
+	if _, err := inbox.Publish(ctx, b, q, Job{Payload: []byte("now")}); err != nil {
+		t.Fatalf("publish on the database clock: %v", err)
+	}
+	if _, err := inbox.Publish(ctx, b, q, Job{Payload: []byte("later")}, inbox.Delay(time.Hour)); err != nil {
+		t.Fatalf("delayed publish on the database clock: %v", err)
+	}
+	var ahead float64
+	if err := b.DB().QueryRow("SELECT extract(epoch FROM locked_until - now()) FROM jobs WHERE locked_until IS NOT NULL").Scan(&ahead); err != nil {
+		t.Fatal(err)
+	}
+	if ahead < 3500 || ahead > 3700 {
+		t.Fatalf("a publish delayed an hour is %vs ahead", ahead)
+	}
+	if _, err := b.DB().Exec("DELETE FROM jobs WHERE locked_until IS NOT NULL"); err != nil {
+		t.Fatal(err)
+	}
+	settled := make(chan struct{})
+	var once sync.Once // under load the retry may be handled before the stop
+	sub, err := inbox.Subscribe(b, q, func(ctx context.Context, j Job) error {
+		time.Sleep(1500 * time.Millisecond) // the handler's work, longer than the delay it asks for
+		return inbox.RetryAfter(time.Second, nil)
+	}, inbox.Form(rowlock.Form), inbox.Observe(func(inbox.Event) { once.Do(func() { close(settled) }) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := inboxtest.RunSubscription(t, sub)
+	<-settled
+	stop()
+	var left sql.NullFloat64
+	if err := b.DB().QueryRow("SELECT extract(epoch FROM locked_until - clock_timestamp()) FROM jobs").Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if !left.Valid || left.Float64 < 0.2 {
+		t.Fatalf("after a retry of one second, the row is due in %v s: the delay counted from the claim", left)
+	}
 }

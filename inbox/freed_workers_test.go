@@ -12,7 +12,7 @@ import (
 // Under a backlog a worker freed while the others still run gets its next
 // row at once, not at the next poll (an hour here): the workers wake the
 // claim loop at the first of them freed, at half and at all, and the loop
-// claims for the few freed once its short gather is over (or, on Postgres,
+// claims for the few freed once its short wait for more is over (or, on Postgres,
 // they take the spare rows an earlier claim took beyond its free workers).
 func TestFreedWorkersGetRowsWithoutAPoll(t *testing.T) {
 	eachDB(t, func(t *testing.T, url string) {

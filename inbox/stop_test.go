@@ -105,3 +105,37 @@ func TestStopWaitsForAckInFlight(t *testing.T) {
 		t.Fatalf("%d rows left after the ack", n)
 	}
 }
+
+// A claim blocked in the database does not hold the stop for ever.
+func TestStopWithAClaimBlocked(t *testing.T) {
+	url := inboxtest.Postgres(t)
+	b := open(t, url, inbox.PollInterval(time.Hour))
+	sub, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil },
+		inbox.ShutdownTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx) }()
+	inboxtest.Idle(t, sub)
+	locker := inboxtest.Open(t, url)
+	tx, err := locker.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	b.Wake("jobs", "") // a claim now waits on the table lock
+	eventually(t, "the claim to block", func() bool { return sub.Stats().Claims >= 2 })
+	start := time.Now()
+	cancel()
+	select {
+	case <-done:
+		t.Logf("Run returned %v after the stop, with a claim blocked", time.Since(start))
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return within 20s of the stop while a claim was blocked")
+	}
+}

@@ -35,7 +35,7 @@ func ApplyClaimBlocks(ctx context.Context, db *sql.DB, table, idColumn string) e
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
-	if d.Kind != dialect.Postgres {
+	if !d.ConcurrentWriters() {
 		return nil // one claim writes at a time: claims never meet
 	}
 	return run(ctx, db, "blocks.sql", strings.NewReplacer("{{table}}", dialect.Quote(table), "{{sequence}}", seq, "{{id}}", dialect.Quote(idColumn)))

@@ -39,7 +39,7 @@ func applyNotify(ctx context.Context, db *sql.DB, table, groupColumn string) err
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
-	if d.Kind != dialect.Postgres {
+	if !d.Notifies() {
 		return fmt.Errorf("migrations: the notify trigger needs Postgres; %s has no LISTEN/NOTIFY (subscriptions there poll)", d)
 	}
 	if err := dialect.CheckTableName(table); err != nil {

@@ -3,7 +3,7 @@
 // report reads `go test -json` on stdin and prints what a CI reader needs:
 // each package's result, the whole output of every failed test, the tests
 // that skipped for want of a service, and a closing count. It exits 1 when a
-// test failed or skipped for want of Postgres or Redis.
+// test failed or skipped for want of Postgres, Redis or MariaDB.
 //
 //	go test -json ./... | go run .ci/report.go
 package main
@@ -61,7 +61,7 @@ func main() {
 			if e.Test != "" {
 				skipped++
 				text := strings.Join(outputs[key], "")
-				if strings.Contains(text, "POSTGRES_TEST_URL") || strings.Contains(text, "REDIS_TEST_URL") {
+				if strings.Contains(text, "POSTGRES_TEST_URL") || strings.Contains(text, "REDIS_TEST_URL") || strings.Contains(text, "MYSQL_TEST_URL") {
 					skippedForService = append(skippedForService, key+": "+strings.TrimSpace(lastLine(text)))
 				}
 				delete(outputs, key)

@@ -171,6 +171,7 @@ func WithTraceContext(f func(ctx context.Context) string) Option {
 // Open opens a broker on a database URL:
 //
 //	postgres://user@host:5432/db   as pgx takes it
+//	mysql://user:pass@host:3306/db MariaDB or MySQL (go-sql-driver/mysql)
 //	sqlite:///var/lib/app/jobs.db  an absolute path; sqlite://jobs.db a relative one
 //	sqlite://:memory:              a fresh in-memory database
 //	sqlite://:memory:NAME          a named in-memory database every pool of the process shares
@@ -203,7 +204,9 @@ func Open(url string, opts ...Option) (*Broker, error) {
 
 // OpenDB opens a pool for one of the URLs Open takes, configured as Open
 // configures its own: on SQLite, write transactions that begin with BEGIN
-// IMMEDIATE, a busy timeout, WAL for files and a bounded page cache. Use it
+// IMMEDIATE, a busy timeout, WAL for files and a bounded page cache; on
+// MariaDB and MySQL, times read as time.Time in UTC, sessions in UTC and
+// matched rows counted. Use it
 // for the pools you hand to lock.NewSQL, schedule.New or New. The pool is
 // the caller's: size it with SetMaxOpenConns and close it when done.
 func OpenDB(url string) (*sql.DB, error) {
@@ -216,11 +219,13 @@ func OpenDB(url string) (*sql.DB, error) {
 
 // New makes a broker on a pool the caller already has and keeps: a
 // *sql.DB, a *sqlx.DB or a *pgxpool.Pool. The database is told from the
-// driver (modernc.org/sqlite, pgx's stdlib) or, through a wrapping driver
-// such as otelsql, from what it answers to select version() and select
-// sqlite_version(). A SQLite pool whose connections have no busy timeout
-// (sql.Open("sqlite", path)) is refused, with the DSN that sets one: open
-// it with OpenDB, or with that DSN. Subscriptions size their claims to the
+// driver (modernc.org/sqlite, pgx's stdlib, go-sql-driver/mysql) or,
+// through a wrapping driver such as otelsql, from what it answers to select
+// version(), select sqlite_version() and select @@version_comment. A SQLite
+// pool whose connections have no busy timeout (sql.Open("sqlite", path)) is
+// refused, with the DSN that sets one, as is a MySQL pool without
+// parseTime=true, loc=UTC, time_zone='+00:00' and clientFoundRows=true:
+// open it with OpenDB, or with that DSN. Subscriptions size their claims to the
 // pool: they never hold more than its size less one connection.
 func New(pool any, opts ...Option) (*Broker, error) {
 	var db *sql.DB

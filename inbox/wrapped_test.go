@@ -131,7 +131,7 @@ func TestUnknownDatabaseRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := inbox.New(pool); err == nil || !strings.Contains(err.Error(), "SQLite or Postgres") {
+	if _, err := inbox.New(pool); err == nil || !strings.Contains(err.Error(), "SQLite, Postgres or MySQL") {
 		t.Fatalf("a pool of an unknown database: %v", err)
 	}
 }

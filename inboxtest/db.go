@@ -49,6 +49,19 @@ func Postgres(t testing.TB) string {
 	return testdb.Postgres(t)
 }
 
+// MySQLEnv is the variable that points the tests at a MariaDB or MySQL
+// server.
+const MySQLEnv = testdb.MySQLEnv
+
+// MySQL returns the URL of a database of its own on the MariaDB or MySQL
+// server named by MYSQL_TEST_URL (a mysql:// URL whose user may create
+// databases), dropped with everything in it at cleanup; without the
+// variable the test is skipped, saying what to set.
+func MySQL(t testing.TB) string {
+	t.Helper()
+	return testdb.MySQL(t)
+}
+
 // Open opens a pool on url, closed at cleanup.
 func Open(t testing.TB, url string) *sql.DB {
 	t.Helper()

@@ -1,4 +1,5 @@
-// Package dialect holds what differs between SQLite and Postgres: how a URL
+// Package dialect holds what differs between SQLite, Postgres and
+// MariaDB/MySQL: how a URL
 // opens a pool, placeholders, quoting, how a time is written and compared,
 // SKIP LOCKED, and the text of every shared statement.
 package dialect
@@ -9,9 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/stdlib"
 	"modernc.org/sqlite"
 )
@@ -22,6 +25,9 @@ type Kind int
 const (
 	SQLite Kind = iota + 1
 	Postgres
+	// MySQL is MariaDB (10.6 or later) or MySQL (8.0 or later), through
+	// github.com/go-sql-driver/mysql.
+	MySQL
 )
 
 func (k Kind) String() string {
@@ -30,6 +36,8 @@ func (k Kind) String() string {
 		return "sqlite"
 	case Postgres:
 		return "postgres"
+	case MySQL:
+		return "mysql"
 	}
 	return "unknown"
 }
@@ -43,11 +51,13 @@ type Dialect struct {
 func Of(k Kind) *Dialect { return &Dialect{Kind: k} }
 
 // Detect tells the dialect of a pool: from the driver when it is
-// modernc.org/sqlite's or pgx's own, otherwise by what the database answers
-// (select version() on Postgres, select sqlite_version() on SQLite), so a
-// pool opened through a wrapping driver (otelsql, sqlhooks) is served too.
-// A SQLite pool must wait for the writer's lock: one whose connections have
-// no busy timeout is refused (see CheckSQLitePool).
+// modernc.org/sqlite's, pgx's or go-sql-driver/mysql's own, otherwise by
+// what the database answers (select version() on Postgres, select
+// sqlite_version() on SQLite, select @@version_comment on MariaDB and
+// MySQL), so a pool opened through a wrapping driver (otelsql, sqlhooks) is
+// served too. A SQLite pool must wait for the writer's lock: one whose
+// connections have no busy timeout is refused (see CheckSQLitePool); a
+// MySQL pool must read times in UTC (see CheckMySQLPool).
 func Detect(db *sql.DB) (*Dialect, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
@@ -57,14 +67,21 @@ func Detect(db *sql.DB) (*Dialect, error) {
 		k = SQLite
 	case *stdlib.Driver:
 		k = Postgres
+	case *mysql.MySQLDriver, mysql.MySQLDriver:
+		k = MySQL
 	default:
 		var err error
 		if k, err = probe(ctx, db); err != nil {
 			return nil, err
 		}
 	}
-	if k == SQLite {
+	switch k {
+	case SQLite:
 		if err := CheckSQLitePool(ctx, db); err != nil {
+			return nil, err
+		}
+	case MySQL:
+		if err := CheckMySQLPool(ctx, db); err != nil {
 			return nil, err
 		}
 	}
@@ -81,6 +98,14 @@ func probe(ctx context.Context, db *sql.DB) (Kind, error) {
 	if pgErr == nil && strings.HasPrefix(v, "PostgreSQL ") {
 		return Postgres, nil
 	}
+	if pgErr == nil {
+		// MariaDB and MySQL answer version() too; Postgres and SQLite
+		// know no @@ variables.
+		var comment string
+		if err := db.QueryRowContext(ctx, "SELECT @@version_comment").Scan(&comment); err == nil {
+			return MySQL, nil
+		}
+	}
 	liteErr := db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&v)
 	if liteErr == nil {
 		return SQLite, nil
@@ -89,7 +114,7 @@ func probe(ctx context.Context, db *sql.DB) (Kind, error) {
 	if pgErr != nil {
 		answer = "select version(): " + pgErr.Error() + "; select sqlite_version(): " + liteErr.Error()
 	}
-	return 0, fmt.Errorf("driver %T: could not tell SQLite or Postgres from what its database answers (%s): use modernc.org/sqlite or github.com/jackc/pgx/v5/stdlib, or a wrapper of either", db.Driver(), answer)
+	return 0, fmt.Errorf("driver %T: could not tell SQLite, Postgres or MySQL from what its database answers (%s): use modernc.org/sqlite, github.com/jackc/pgx/v5/stdlib or github.com/go-sql-driver/mysql, or a wrapper of one", db.Driver(), answer)
 }
 
 // CheckSQLitePool refuses a SQLite pool whose connections fail at once with
@@ -127,20 +152,58 @@ func SQLiteFileDSN(path string) string {
 func (d *Dialect) String() string { return d.Kind.String() }
 
 // Rebind turns the $1, $2 ... placeholders the shared statements are written
-// with into the engine's own: unchanged on Postgres, ?1, ?2 ... on SQLite.
+// with into the engine's own: unchanged on Postgres, ?1, ?2 ... on SQLite,
+// ? on MySQL, which numbers none: there the arguments must follow the
+// placeholders in the text, each as often as it appears (see Bind).
 func (d *Dialect) Rebind(query string) string {
-	if d.Kind != SQLite {
-		return query
+	switch d.Kind {
+	case SQLite:
+		return dollar.ReplaceAllString(query, "?$1")
+	case MySQL:
+		return dollar.ReplaceAllString(query, "?")
 	}
-	return dollar.ReplaceAllString(query, "?$1")
+	return query
+}
+
+// Bind is Rebind with the arguments, given in the order the $n number
+// them, put in the order the engine takes them.
+func (d *Dialect) Bind(query string, args ...any) (string, []any) {
+	if d.Kind != MySQL {
+		return d.Rebind(query), args
+	}
+	return d.Rebind(query), reorder(placeOrder(query), args)
+}
+
+// placeOrder lists the parameter number of each $n in query, in text order.
+func placeOrder(query string) []int {
+	var order []int
+	for _, m := range dollar.FindAllStringSubmatch(query, -1) {
+		n, _ := strconv.Atoi(m[1])
+		order = append(order, n)
+	}
+	return order
+}
+
+// reorder puts args (numbered from 1) in order; nil order keeps them.
+func reorder(order []int, args []any) []any {
+	if order == nil {
+		return args
+	}
+	out := make([]any, len(order))
+	for i, n := range order {
+		if n-1 < len(args) {
+			out[i] = args[n-1]
+		}
+	}
+	return out
 }
 
 var dollar = regexp.MustCompile(`\$(\d+)`)
 
 // SkipLocked is the locking clause of a claim's inner select: SQLite has one
-// writer at a time and needs none.
+// writer at a time and needs none. MariaDB has it from 10.6, MySQL from 8.0.
 func (d *Dialect) SkipLocked() string {
-	if d.Kind == Postgres {
+	if d.Kind != SQLite {
 		return " FOR UPDATE SKIP LOCKED"
 	}
 	return ""
@@ -174,7 +237,8 @@ func (d *Dialect) ListArg(ids []int64) any {
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// MaxIdent is the longest identifier accepted (Postgres truncates at 63 bytes).
+// MaxIdent is the longest identifier accepted (Postgres truncates at 63
+// bytes; MySQL refuses more than 64 characters).
 const MaxIdent = 63
 
 // ErrIdent marks a name refused as an identifier.
@@ -210,11 +274,24 @@ func CheckTableName(name string) error {
 	return nil
 }
 
-// Quote quotes a checked identifier, or schema.identifier, part by part.
-func Quote(name string) string {
+// Quote quotes a checked identifier, or schema.identifier, part by part,
+// in double quotes as SQLite and Postgres take them (see Dialect.Quote).
+func Quote(name string) string { return quoteWith(name, `"`) }
+
+// Quote quotes a checked identifier as the engine takes it: in backticks on
+// MySQL, where double quotes write a string unless the session's sql_mode
+// has ANSI_QUOTES.
+func (d *Dialect) Quote(name string) string {
+	if d.Kind == MySQL {
+		return quoteWith(name, "`")
+	}
+	return Quote(name)
+}
+
+func quoteWith(name, q string) string {
 	parts := strings.Split(name, ".")
 	for i, p := range parts {
-		parts[i] = `"` + p + `"`
+		parts[i] = q + p + q
 	}
 	return strings.Join(parts, ".")
 }

@@ -29,7 +29,7 @@ func (d *Dialect) Unreachable(err error) bool {
 	var ce *pgconn.ConnectError
 	var pe *pgconn.PgError
 	switch {
-	case errors.As(err, &ce), errors.As(err, &ne), errors.Is(err, driver.ErrBadConn),
+	case mysqlUnreachable(err), errors.As(err, &ce), errors.As(err, &ne), errors.Is(err, driver.ErrBadConn),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return true
 	case errors.As(err, &pe):
@@ -47,7 +47,8 @@ func (d *Dialect) Unreachable(err error) bool {
 // ones: a statement sent again takes another connection of the pool.
 func (d *Dialect) DeadConn(err error) bool {
 	var ce *pgconn.ConnectError
-	if err == nil || errors.As(err, &ce) || errors.Is(err, syscall.ECONNREFUSED) || strings.Contains(err.Error(), "connection refused") {
+	var me *mysqlConnectError
+	if err == nil || errors.As(err, &ce) || errors.As(err, &me) || errors.Is(err, syscall.ECONNREFUSED) || strings.Contains(err.Error(), "connection refused") {
 		return false
 	}
 	return d.Unreachable(err)
@@ -63,6 +64,12 @@ type Refusal struct {
 // Refused returns what err says the database will not take however long
 // one waits, or nil when it says nothing of the kind.
 func (d *Dialect) Refused(err error) *Refusal {
+	if d.Kind == MySQL {
+		if err == nil {
+			return nil
+		}
+		return mysqlRefused(err)
+	}
 	var ce *pgconn.ConnectError
 	if err == nil || !errors.As(err, &ce) {
 		return nil
@@ -95,7 +102,7 @@ func (d *Dialect) Refused(err error) *Refusal {
 // engine as a trait.
 func (d *Dialect) ConcurrentWriters() bool { return d.Kind != SQLite }
 
-// Notifies says the database has LISTEN/NOTIFY.
+// Notifies says the database has LISTEN/NOTIFY (MariaDB and MySQL have none).
 func (d *Dialect) Notifies() bool { return d.Kind == Postgres }
 
 // SessionLocks says a connection can hold row locks and advisory locks

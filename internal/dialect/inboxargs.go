@@ -15,16 +15,23 @@ type text struct {
 	sql  string
 	tm   Times
 	kind Kind
+	// order is the parameter number of each placeholder in text order,
+	// where the engine numbers none (MySQL); nil elsewhere.
+	order []int
 }
 
 // SQL is the statement's text, "" where this table or database has none.
 func (s text) SQL() string { return s.sql }
 
-func (s text) call(args ...any) Call { return Call{SQL: s.sql, Args: args} }
+func (s text) call(args ...any) Call { return Call{SQL: s.sql, Args: reorder(s.order, args)} }
 
 // text is a statement written with $n placeholders, in d's own.
 func (d *Dialect) text(sql string, tm Times) text {
-	return text{sql: d.Rebind(sql), tm: tm, kind: d.Kind}
+	t := text{sql: d.Rebind(sql), tm: tm, kind: d.Kind}
+	if d.Kind == MySQL {
+		t.order = placeOrder(sql)
+	}
+	return t
 }
 
 // nullable is a text argument that is NULL when empty.

@@ -21,8 +21,8 @@ func (s LockPlacesSQL) Call(now time.Time) Call {
 
 // LockPlaces writes the statement of LockPlacesSQL.
 func (d *Dialect) LockPlaces() LockPlacesSQL {
-	return LockPlacesSQL{text{kind: d.Kind, sql: d.Rebind(`SELECT namespace, name, slot, fence, expires_at FROM ` + LockTable + `
-WHERE slot >= 0 AND expires_at > $1 ORDER BY namespace, name, slot LIMIT 1000`)}}
+	return LockPlacesSQL{d.text(`SELECT namespace, name, slot, fence, expires_at FROM ` + LockTable + `
+WHERE slot >= 0 AND expires_at > $1 ORDER BY namespace, name, slot LIMIT 1000`, Times{})}
 }
 
 // ScheduleInspect lists a schedule table's rows, newest moments first.
@@ -46,7 +46,7 @@ func (s LimitSQL) Call(limit int) Call { return s.call(limit) }
 
 // ScheduleInspect writes the statements of ScheduleInspect.
 func (d *Dialect) ScheduleInspect() ScheduleInspect {
-	x := func(sql string) text { return text{sql: d.Rebind(sql), kind: d.Kind} }
+	x := func(sql string) text { return d.text(sql, Times{}) }
 	return ScheduleInspect{
 		Beats: PlainSQL{x(`SELECT schedule, instance, runners, expires_at, spec, placement, next_at, runs, failures, COALESCE(last_error, ''), last_error_at
 FROM ` + ScheduleHeartbeats + ` ORDER BY schedule, instance LIMIT 1000`)},

@@ -36,6 +36,7 @@ const SQLiteCacheKiB = 512
 // Open opens a pool for one of the URLs the library takes everywhere:
 //
 //	postgres://user@host:5432/db?sslmode=disable   as pgx takes it (also postgresql://)
+//	mysql://user:password@host:3306/db              MariaDB or MySQL (see MySQLDSN)
 //	sqlite:///var/lib/app/jobs.db                  an absolute path
 //	sqlite://jobs.db                               a path relative to the working directory
 //	sqlite://:memory:                              a fresh in-memory database shared by the pool's connections
@@ -53,6 +54,12 @@ func Open(rawURL string) (*sql.DB, *Dialect, error) {
 			return nil, nil, fmt.Errorf("open %s: %w", redact(rawURL), err)
 		}
 		return stdlib.OpenDB(*cfg, stdlib.OptionShouldPing(shouldPing)), Of(Postgres), nil
+	case strings.HasPrefix(rawURL, "mysql://"):
+		db, err := openMySQL(rawURL)
+		if err != nil {
+			return nil, nil, err
+		}
+		return db, Of(MySQL), nil
 	case strings.HasPrefix(rawURL, "sqlite://"):
 		dsn, err := SQLiteDSN(rawURL)
 		if err != nil {
@@ -67,7 +74,7 @@ func Open(rawURL string) (*sql.DB, *Dialect, error) {
 		}
 		return db, Of(SQLite), nil
 	}
-	return nil, nil, fmt.Errorf("unsupported database URL %q: use postgres://..., sqlite:///abs/path.db, sqlite://rel/path.db or sqlite://:memory:", redact(rawURL))
+	return nil, nil, fmt.Errorf("unsupported database URL %q: use postgres://..., mysql://user:password@host:3306/db, sqlite:///abs/path.db, sqlite://rel/path.db or sqlite://:memory:", redact(rawURL))
 }
 
 // PingIdle is how long a Postgres connection sits idle in the pool before

@@ -60,7 +60,7 @@ func (d *Dialect) Registry() RegistrySQL {
 		greatest = "max"
 	}
 	// The placeholders are the order of each statement's Call.
-	x := func(sql string) text { return text{sql: d.Rebind(sql), kind: d.Kind} }
+	x := func(sql string) text { return d.text(sql, Times{}) }
 	return RegistrySQL{
 		Join: JoinSQL{x("INSERT INTO " + RegistryInstances + " (id, service, version, host, pid, started_at, heartbeat_at, every_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")},
 		JoinSub: JoinSubSQL{x("INSERT INTO " + RegistrySubscriptions + " (instance, position, name, table_name, group_name, form, workers, lease_ms, roles) " +

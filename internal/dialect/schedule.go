@@ -89,7 +89,7 @@ const shareCols = `worker, workers, dealt_to, instance_index, instances, runner,
 func (d *Dialect) Schedule(t Times) ScheduleSQL {
 	hb, mo, sh, in := Quote(ScheduleHeartbeats), Quote(ScheduleMoments), Quote(ScheduleShares), Quote(ScheduleInstances)
 	// The placeholders are the order of each statement's Call.
-	x := func(sql string) text { return text{sql: d.Rebind(sql), tm: t, kind: d.Kind} }
+	x := func(sql string) text { return d.text(sql, t) }
 	return ScheduleSQL{
 		Beat: ScheduleBeatSQL{x(`INSERT INTO ` + hb + ` (schedule, instance, runners, expires_at, spec, placement, next_at, runs, failures, last_error, last_error_at)
 VALUES ($1, $2, $3, ` + t.At(4) + `, $5, $6, $7, $8, $9, $10, $11)

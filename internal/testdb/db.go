@@ -1,6 +1,7 @@
 // Package testdb gives each test a database of its own: SQLite in memory,
-// or a Postgres schema on the server in POSTGRES_TEST_URL or (with package
-// inboxtest/containers imported) in a container. Users reach it through
+// a Postgres schema on the server in POSTGRES_TEST_URL or (with package
+// inboxtest/containers imported) in a container, or a MariaDB/MySQL
+// database on the server in MYSQL_TEST_URL. Users reach it through
 // inboxtest; it lives here so the library's own internal tests, which
 // inboxtest cannot serve (it imports inbox), share it.
 package testdb
@@ -22,6 +23,10 @@ import (
 
 // PostgresEnv is the variable that points the tests at a Postgres server.
 const PostgresEnv = "POSTGRES_TEST_URL"
+
+// MySQLEnv is the variable that points the tests at a MariaDB or MySQL
+// server, as a mysql:// URL whose user may create and drop databases.
+const MySQLEnv = "MYSQL_TEST_URL"
 
 // ContainerImage is the Postgres that package inboxtest/containers starts
 // (once per test binary) when PostgresEnv is unset.
@@ -83,6 +88,64 @@ func Postgres(t testing.TB) string {
 		}
 	})
 	return withParams(base, "search_path", schema, "application_name", schema)
+}
+
+// MySQL returns the URL of a database of its own (t_<test>_<random>) on
+// the MariaDB or MySQL server named by MYSQL_TEST_URL, dropped with
+// everything in it at cleanup. Without the variable the test is skipped,
+// saying what to set.
+func MySQL(t testing.TB) string {
+	t.Helper()
+	base := os.Getenv(MySQLEnv)
+	if base == "" {
+		t.Skipf("%s is not set: skipping a MariaDB/MySQL test (set it, e.g. %s=mysql://root@127.0.0.1:3306/test)", MySQLEnv, MySQLEnv)
+	}
+	name := "t_" + uniqueName(t)
+	db, d, err := dialect.Open(base)
+	if err != nil {
+		t.Fatalf("inboxtest: %v", err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+d.Quote(name)); err != nil {
+		t.Fatalf("inboxtest: create database %s on %s: %v", name, MySQLEnv, err)
+	}
+	t.Cleanup(func() {
+		db, d, err := dialect.Open(base)
+		if err != nil {
+			t.Errorf("inboxtest: drop database %s: %v", name, err)
+			return
+		}
+		defer db.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		// Sessions a test left open hold locks on the database's tables,
+		// and DROP DATABASE would wait for them.
+		rows, err := db.QueryContext(ctx, "SELECT id FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()", name)
+		if err == nil {
+			var ids []int64
+			for rows.Next() {
+				var id int64
+				if rows.Scan(&id) == nil {
+					ids = append(ids, id)
+				}
+			}
+			rows.Close()
+			for _, id := range ids {
+				_, _ = db.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", id))
+			}
+		}
+		if _, err := db.ExecContext(ctx, "DROP DATABASE "+d.Quote(name)); err != nil {
+			t.Errorf("inboxtest: drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("inboxtest: %s: %v", MySQLEnv, err)
+	}
+	u.Path = "/" + name
+	return u.String()
 }
 
 // Open opens a pool on url, closed at cleanup.

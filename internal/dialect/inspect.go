@@ -21,7 +21,7 @@ func (s LockPlacesSQL) Call(now time.Time) Call {
 
 // LockPlaces writes the statement of LockPlacesSQL.
 func (d *Dialect) LockPlaces() LockPlacesSQL {
-	return LockPlacesSQL{d.text(`SELECT namespace, name, slot, fence, expires_at FROM ` + LockTable + `
+	return LockPlacesSQL{d.text(`SELECT namespace, name, slot, fence, expires_at FROM `+LockTable+`
 WHERE slot >= 0 AND expires_at > $1 ORDER BY namespace, name, slot LIMIT 1000`, Times{})}
 }
 

@@ -141,7 +141,9 @@ func (w wrapConnector) Driver() driver.Driver { return wrapDriver{} }
 
 type wrapDriver struct{}
 
-func (wrapDriver) Open(string) (driver.Conn, error) { return nil, errors.New("open through the connector") }
+func (wrapDriver) Open(string) (driver.Conn, error) {
+	return nil, errors.New("open through the connector")
+}
 
 func regexpDSN(t *testing.T, msg string) string {
 	t.Helper()

@@ -198,14 +198,12 @@ func (o *Operator) ScanRows(ctx context.Context, ref QueueRef, rf RowFilter, sca
 	if rf.After != 0 {
 		f.After = &rf.After
 	}
-	where, args, err := o.b.d.Where(t, f)
+	q, err := o.b.d.ScanEnd(t, f, scan)
 	if err != nil {
 		return nil, 0, fmt.Errorf("inbox: table %q: %w", ref.Table, err)
 	}
-	// The key alone: an index-only walk of scan entries.
-	q := fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT 1 OFFSET %d", t.ID, t.Name, where, t.ID, max(scan, 1)-1)
 	var through int64
-	if err := o.b.db.QueryRowContext(ctx, q, args...).Scan(&through); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	if err := o.b.db.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&through); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, 0, fmt.Errorf("inbox: scan rows of %q: %w", ref.Table, err)
 	}
 	bound := &through
@@ -223,17 +221,15 @@ func (o *Operator) list(ctx context.Context, ref QueueRef, t dialect.AdminTable,
 	if rf.After != 0 {
 		f.After = &rf.After
 	}
-	where, args, err := o.b.d.Where(t, f)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: table %q: %w", ref.Table, err)
-	}
 	limit := rf.Limit
 	if limit <= 0 {
 		limit = 100
 	}
-	cols := t.ID + ", " + t.LockedUntil + ", " + or(t.Attempts, "0") + ", " + or(t.LastError, "NULL") + ", " + or(t.CreatedAt, "NULL") + ", " + t.Payload
-	q := fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT %d", cols, t.Name, where, t.ID, limit)
-	rows, err := o.b.db.QueryContext(ctx, q, args...)
+	q, err := o.b.d.ListRows(t, f, limit)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: table %q: %w", ref.Table, err)
+	}
+	rows, err := o.b.db.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: list rows of %q: %w", ref.Table, err)
 	}
@@ -247,31 +243,13 @@ func (o *Operator) list(ctx context.Context, ref QueueRef, t dialect.AdminTable,
 			return nil, fmt.Errorf("inbox: list rows of %q: %w", ref.Table, err)
 		}
 		r.LastError = lastErr.String
-		r.LockedUntil, _, _ = t.Times.Decode(lu)
+		var set bool
+		r.LockedUntil, set, _ = t.Times.Decode(lu)
 		r.Created, _, _ = t.Times.Decode(created)
-		r.State = stateOf(r.LockedUntil, f)
+		r.State = dialect.StateOf(r.LockedUntil, set, f.Now, f.Horizon)
 		out = append(out, r)
 	}
 	return out, rows.Err()
-}
-
-func stateOf(lu time.Time, f dialect.AdminFilter) string {
-	switch {
-	case lu.IsZero() || !lu.After(f.Now):
-		return StateAvailable
-	case !lu.After(f.Horizon):
-		return StateHeld
-	case lu.Before(dialect.Never):
-		return StateDelayed
-	}
-	return StateParked
-}
-
-func or(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // Selection picks the rows Unpark, RunNow and Delete change: by id, or
@@ -293,22 +271,14 @@ func (s Selection) check() error {
 // reset where the table counts them, and wakes its subscriptions. It
 // returns how many rows changed.
 func (o *Operator) Unpark(ctx context.Context, ref QueueRef, sel Selection) (int64, error) {
-	return o.change(ctx, ref, sel, StateParked, "unpark", func(t dialect.AdminTable) string {
-		set := t.LockedUntil + " = NULL"
-		if t.Attempts != "" {
-			set += ", " + t.Attempts + " = 0"
-		}
-		return "UPDATE " + t.Name + " SET " + set
-	})
+	return o.change(ctx, ref, sel, StateParked, "unpark", dialect.ChangeUnpark)
 }
 
 // RunNow makes ref's delayed rows in sel due now and wakes its
 // subscriptions. Rows held (locked_until within a lease from now) are left
 // alone: they may be in work, and are due soon anyway.
 func (o *Operator) RunNow(ctx context.Context, ref QueueRef, sel Selection) (int64, error) {
-	return o.change(ctx, ref, sel, StateDelayed, "run now", func(t dialect.AdminTable) string {
-		return "UPDATE " + t.Name + " SET " + t.LockedUntil + " = NULL"
-	})
+	return o.change(ctx, ref, sel, StateDelayed, "run now", dialect.ChangeRunNow)
 }
 
 // Delete deletes ref's rows in sel that are available, delayed or parked;
@@ -317,12 +287,10 @@ func (o *Operator) RunNow(ctx context.Context, ref QueueRef, sel Selection) (int
 // handler holds cannot be told from its columns, so deleting it under a
 // running handler makes that handling's ack change nothing.
 func (o *Operator) Delete(ctx context.Context, ref QueueRef, sel Selection) (int64, error) {
-	return o.change(ctx, ref, sel, "", "delete", func(t dialect.AdminTable) string {
-		return "DELETE FROM " + t.Name
-	})
+	return o.change(ctx, ref, sel, "", "delete", dialect.ChangeDelete)
 }
 
-func (o *Operator) change(ctx context.Context, ref QueueRef, sel Selection, state, what string, stmt func(dialect.AdminTable) string) (int64, error) {
+func (o *Operator) change(ctx context.Context, ref QueueRef, sel Selection, state, what string, c dialect.Change) (int64, error) {
 	if err := sel.check(); err != nil {
 		return 0, err
 	}
@@ -336,18 +304,13 @@ func (o *Operator) change(ctx context.Context, ref QueueRef, sel Selection, stat
 	if state == "" {
 		f.States = []string{StateAvailable, StateDelayed, StateParked}
 	}
-	where, args, err := o.b.d.Where(t, f)
+	q, err := o.b.d.ChangeRows(t, f, c)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: %s rows of %q: %w", what, ref.Table, err)
 	}
-	if o.b.d.Kind == dialect.Postgres {
-		// A row a row-lock handler holds is in work whatever locked_until
-		// says: skip it rather than wait for the handler to end.
-		where = t.ID + " IN (SELECT " + t.ID + " FROM " + t.Name + " WHERE " + where + " FOR UPDATE SKIP LOCKED)"
-	}
 	var n int64
 	err = o.b.write(ctx, false, func(ex execer) error {
-		res, err := ex.ExecContext(ctx, stmt(t)+" WHERE "+where, args...)
+		res, err := ex.ExecContext(ctx, q.SQL, q.Args...)
 		if err != nil {
 			return err
 		}
@@ -367,7 +330,8 @@ func (o *Operator) change(ctx context.Context, ref QueueRef, sel Selection, stat
 // on Postgres, in every process that listens (ListenNotify).
 func (o *Operator) wake(ctx context.Context, channel, key string) {
 	o.b.hub.Wake(channel, key)
-	if o.b.d.Kind == dialect.Postgres {
-		_, _ = o.b.db.ExecContext(ctx, "SELECT pg_notify($1, $2)", channel, key)
+	if n := o.b.d.Notify(); n.SQL() != "" {
+		q := n.Call(channel, key)
+		_, _ = o.b.db.ExecContext(ctx, q.SQL, q.Args...)
 	}
 }

@@ -42,3 +42,49 @@ func TestOperatorSkipsRowsInWork(t *testing.T) {
 		t.Fatalf("%d rows left, want the one that was in work", got)
 	}
 }
+
+// Unpark by a queue is the operator's: on Postgres it skips a parked row a
+// transaction holds instead of waiting for it, and unparks the others.
+func TestUnparkSkipsRowsInWork(t *testing.T) {
+	b := open(t, inboxtest.Postgres(t))
+	ctx := context.Background()
+	insert(t, b.DB(), 3)
+	if _, err := b.DB().ExecContext(ctx, "UPDATE jobs SET locked_until = '9999-12-31', attempts = 5"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := b.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	var held int64
+	if err := tx.QueryRow("SELECT id FROM jobs ORDER BY id LIMIT 1 FOR UPDATE").Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	q := inbox.MustQueue[Job]("jobs")
+	parked := inboxtest.ParkedRows(t, b, q)
+	if len(parked) != 3 {
+		t.Fatalf("%d rows parked, want 3", len(parked))
+	}
+	uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := inbox.Unpark(uctx, b, q, parked[0].ID, parked[1].ID, parked[2].ID)
+	if err != nil {
+		t.Fatalf("unpark beside a row in work: %v (it waited for the holder)", err)
+	}
+	if n != 2 {
+		t.Fatalf("unparked %d rows, want the 2 not in work", n)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	left := inboxtest.ParkedRows(t, b, q)
+	if len(left) != 1 || left[0].ID != held {
+		t.Fatalf("parked rows left %v, want only row %d, the one in work", left, held)
+	}
+	for _, r := range inboxtest.Rows(t, b, q) {
+		if r.ID != held && (r.State != inboxtest.Available || r.Attempts != 0) {
+			t.Errorf("row %d after unpark: %v, want available with no attempts", r.ID, r)
+		}
+	}
+}

@@ -39,30 +39,18 @@ func ListParked[T any](ctx context.Context, b *Broker, q Queue[T]) ([]T, error) 
 }
 
 // Unpark makes parked rows of q available again, with their attempts reset
-// where the table counts them. It returns how many rows it changed; ids
-// that are not parked are left alone.
+// where the table counts them, and wakes the queue's subscriptions, in
+// every process that listens on Postgres. It returns how many rows it
+// changed; ids that are not parked, and rows a row-lock handler holds, are
+// left alone. It is Operator.Unpark of those ids.
 func Unpark[T any](ctx context.Context, b *Broker, q Queue[T], ids ...int64) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	_, stmts, err := adminSQL(ctx, b, q)
-	if err != nil {
-		return 0, err
+	if q.shape == nil {
+		return 0, fmt.Errorf("inbox: zero Queue: make it with NewQueue")
 	}
-	if err := b.writer.Lock(ctx); err != nil {
-		return 0, fmt.Errorf("inbox: unpark rows of %q: waiting for the turn to write: %w", q.table, err)
-	}
-	call := stmts.Unpark.Call(ids, groupArg(q))
-	res, err := b.db.ExecContext(ctx, call.SQL, call.Args...)
-	b.writer.Unlock()
-	if err != nil {
-		return 0, fmt.Errorf("inbox: unpark rows of %q: %w", q.table, err)
-	}
-	n, _ := res.RowsAffected()
-	if n > 0 {
-		b.hub.Wake(q.table, q.group)
-	}
-	return n, nil
+	return NewOperator(b).Unpark(ctx, QueueRef{Table: q.table, Group: q.group, Roles: q.Roles()}, Selection{IDs: ids})
 }
 
 func adminSQL[T any](ctx context.Context, b *Broker, q Queue[T]) (claim.Table, dialect.InboxSQL, error) {

@@ -68,6 +68,30 @@ func (q Queue[T]) Group(group string) Queue[T] {
 // Table is the queue's table name.
 func (q Queue[T]) Table() string { return q.table }
 
+// Roles returns the queue's columns by role, as its struct's tags name them.
+func (q Queue[T]) Roles() map[Role]string {
+	if q.shape == nil {
+		return nil
+	}
+	roles := make(map[Role]string, len(q.shape.byRole))
+	for r, f := range q.shape.byRole {
+		roles[r] = f.column
+	}
+	return roles
+}
+
+// ID returns row's id, the field tagged inbox:"id" (0 for a zero Queue).
+func (q Queue[T]) ID(row T) int64 {
+	if q.shape == nil {
+		return 0
+	}
+	v := reflect.ValueOf(row).FieldByIndex(q.shape.byRole[RoleID].index)
+	if v.CanInt() {
+		return v.Int()
+	}
+	return int64(v.Uint())
+}
+
 // GroupName is the queue's group, "" for the whole table.
 func (q Queue[T]) GroupName() string { return q.group }
 

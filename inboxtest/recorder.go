@@ -3,7 +3,6 @@ package inboxtest
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -66,10 +65,9 @@ func (o Overlap) String() string {
 //	rec.WaitHandled(id)
 //	rec.ExactlyOnce(ids...)
 type Recorder[T any] struct {
-	t       testing.TB
-	b       *inbox.Broker
-	q       inbox.Queue[T]
-	idIndex []int
+	t testing.TB
+	b *inbox.Broker
+	q inbox.Queue[T]
 
 	mu       sync.Mutex
 	all      []Handling
@@ -83,11 +81,10 @@ type Recorder[T any] struct {
 // database: waits that fail read q's table through it to say what is left.
 func NewRecorder[T any](t testing.TB, b *inbox.Broker, q inbox.Queue[T]) *Recorder[T] {
 	t.Helper()
-	c, err := columnsOf(reflect.TypeFor[T]())
-	if err != nil {
-		t.Fatalf("%v", err)
+	if q.Roles() == nil {
+		t.Fatalf("inboxtest: zero Queue: make it with inbox.NewQueue")
 	}
-	return &Recorder[T]{t: t, b: b, q: q, idIndex: c.idIndex, running: map[int64][]int{}, observed: map[string]bool{}, changed: make(chan struct{})}
+	return &Recorder[T]{t: t, b: b, q: q, running: map[int64][]int{}, observed: map[string]bool{}, changed: make(chan struct{})}
 }
 
 // Wrap returns h recording each of its runs as a handling on instance.
@@ -134,13 +131,7 @@ func (r *Recorder[T]) Observe(instance string) inbox.SubOption {
 	})
 }
 
-func (r *Recorder[T]) id(row T) int64 {
-	v := reflect.ValueOf(row).FieldByIndex(r.idIndex)
-	if v.CanInt() {
-		return v.Int()
-	}
-	return int64(v.Uint())
-}
+func (r *Recorder[T]) id(row T) int64 { return r.q.ID(row) }
 
 func (r *Recorder[T]) begin(instance string, id int64) int {
 	r.mu.Lock()

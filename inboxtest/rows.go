@@ -3,12 +3,9 @@ package inboxtest
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jmoiron/sqlx/reflectx"
 
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
@@ -53,45 +50,6 @@ func (r Row) String() string {
 	return b.String()
 }
 
-// columns are the columns of a queue's row type, by role: the kit reads
-// the same `db` and `inbox` tags the library does.
-type columns struct {
-	id, lockedUntil, group, attempts, lastError string
-	idIndex                                     []int
-}
-
-var mapper = reflectx.NewMapperFunc("db", func(s string) string { return s })
-
-func columnsOf(t reflect.Type) (columns, error) {
-	var c columns
-	if t.Kind() != reflect.Struct {
-		return c, fmt.Errorf("inboxtest: a queue's row type must be a struct, got %v", t)
-	}
-	for _, fi := range mapper.TypeMap(t).Index {
-		col := fi.Field.Tag.Get("db")
-		role, _, _ := strings.Cut(fi.Field.Tag.Get("inbox"), ",")
-		if col == "" || col == "-" || fi.Field.Anonymous {
-			continue
-		}
-		switch inbox.Role(strings.TrimSpace(role)) {
-		case inbox.RoleID:
-			c.id, c.idIndex = col, fi.Index
-		case inbox.RoleLockedUntil:
-			c.lockedUntil = col
-		case inbox.RoleGroup:
-			c.group = col
-		case inbox.RoleAttempts:
-			c.attempts = col
-		case inbox.RoleLastError:
-			c.lastError = col
-		}
-	}
-	if c.id == "" || c.lockedUntil == "" {
-		return c, fmt.Errorf("inboxtest: %v tags no id or no locked_until column", t)
-	}
-	return c, nil
-}
-
 // Rows reads the rows still in q's table (its group, when q has one), in id
 // order, with their lease state on b's clock (the fake one of NewBroker or
 // UseClock, otherwise the host's). b is any broker on the database.
@@ -117,36 +75,28 @@ func ParkedRows[T any](t testing.TB, b *inbox.Broker, q inbox.Queue[T]) []Row {
 }
 
 func readRows[T any](b *inbox.Broker, q inbox.Queue[T]) ([]Row, error) {
-	c, err := columnsOf(reflect.TypeFor[T]())
-	if err != nil {
-		return nil, err
+	roles := q.Roles()
+	if roles == nil {
+		return nil, fmt.Errorf("inboxtest: zero Queue: make it with inbox.NewQueue")
+	}
+	if q.GroupName() != "" && roles[inbox.RoleGroup] == "" {
+		return nil, fmt.Errorf("inboxtest: queue %q has group %q but its row type tags no group column", q.Table(), q.GroupName())
 	}
 	d, err := dialect.Detect(b.DB())
 	if err != nil {
 		return nil, err
 	}
-	cols := []string{dialect.Quote(c.id), dialect.Quote(c.lockedUntil)}
-	for _, col := range []string{c.group, c.attempts, c.lastError} {
-		if col == "" {
-			col = "NULL"
-		} else {
-			col = dialect.Quote(col)
+	quote := func(r inbox.Role) string {
+		if roles[r] == "" {
+			return ""
 		}
-		cols = append(cols, col)
+		return dialect.Quote(roles[r])
 	}
-	query := fmt.Sprintf("SELECT %s FROM %s", strings.Join(cols, ", "), dialect.Quote(q.Table()))
-	var args []any
-	if q.GroupName() != "" {
-		if c.group == "" {
-			return nil, fmt.Errorf("inboxtest: queue %q has group %q but its row type tags no group column", q.Table(), q.GroupName())
-		}
-		query += " WHERE " + dialect.Quote(c.group) + " = $1"
-		args = append(args, q.GroupName())
-	}
-	query += " ORDER BY " + dialect.Quote(c.id)
+	query := d.QueueRows(dialect.Table{Name: dialect.Quote(q.Table()), ID: quote(inbox.RoleID), LockedUntil: quote(inbox.RoleLockedUntil),
+		Group: quote(inbox.RoleGroup), Attempts: quote(inbox.RoleAttempts), LastError: quote(inbox.RoleLastError)}).Call(q.GroupName())
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
-	rs, err := b.DB().QueryContext(ctx, d.Rebind(query), args...)
+	rs, err := b.DB().QueryContext(ctx, query.SQL, query.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("read the rows of %q: %w", q.Table(), err)
 	}
@@ -173,14 +123,7 @@ func readRows[T any](b *inbox.Broker, q inbox.Queue[T]) ([]Row, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read the rows of %q: id %d: %w", q.Table(), r.ID, err)
 		}
-		switch {
-		case !ok || !at.After(now):
-			r.State = Available
-		case !at.Before(dialect.Never):
-			r.State = Parked
-		default:
-			r.State = Locked
-		}
+		r.State = stateOf(at, ok, now)
 		if ok {
 			r.LockedUntil = at
 		}
@@ -196,6 +139,18 @@ func readRows[T any](b *inbox.Broker, q inbox.Queue[T]) ([]Row, error) {
 		out = append(out, r)
 	}
 	return out, rs.Err()
+}
+
+// stateOf is the library's state of a row (dialect.StateOf), a row held
+// and one delayed alike being Locked.
+func stateOf(lu time.Time, set bool, now time.Time) State {
+	switch dialect.StateOf(lu, set, now, now) {
+	case dialect.StateAvailable:
+		return Available
+	case dialect.StateParked:
+		return Parked
+	}
+	return Locked
 }
 
 // WaitRows waits until cond holds over q's rows, reading them every few

@@ -28,9 +28,9 @@ type AdminFilter struct {
 	States        []string // nil for any state
 }
 
-// Where writes the WHERE clause of f (after the word) and its parameters,
+// where writes the WHERE clause of f (after the word) and its parameters,
 // numbered from 1 in the engine's placeholders.
-func (d *Dialect) Where(t AdminTable, f AdminFilter) (string, []any, error) {
+func (d *Dialect) where(t AdminTable, f AdminFilter) (string, []any, error) {
 	var args []any
 	arg := func(v any) string {
 		args = append(args, v)
@@ -50,12 +50,8 @@ func (d *Dialect) Where(t AdminTable, f AdminFilter) (string, []any, error) {
 		conds = append(conds, t.Group+" = "+arg(*f.Group))
 	}
 	if f.IDs != nil {
-		n := arg(d.ListArg(f.IDs))
-		if d.Kind == Postgres {
-			conds = append(conds, t.ID+" = ANY("+n+")")
-		} else {
-			conds = append(conds, t.ID+" IN (SELECT value FROM json_each("+n+"))")
-		}
+		arg(d.ListArg(f.IDs))
+		conds = append(conds, d.Rebind(d.InList(t.ID, len(args))))
 	}
 	if f.After != nil {
 		conds = append(conds, t.ID+" > "+arg(*f.After))
@@ -120,7 +116,7 @@ func (s CountStatesSQL) Call(now, horizon time.Time, limit int) Call {
 
 // CountStates writes CountStatesSQL for the rows of t that f selects.
 func (d *Dialect) CountStates(t AdminTable, f AdminFilter) (CountStatesSQL, error) {
-	where, args, err := d.Where(t, f)
+	where, args, err := d.where(t, f)
 	if err != nil {
 		return CountStatesSQL{}, err
 	}
@@ -152,4 +148,69 @@ func (d *Dialect) countStates(t AdminTable, where string, n int) string {
 FROM (SELECT %[5]s AS lu, %[6]s AS oldest FROM %[7]s WHERE %[8]s ORDER BY %[9]s LIMIT %[10]s) AS s`,
 		availableCond("lu", now), heldCond("lu", now, hz), delayedCond("lu", hz, never), parkedCond("lu", never),
 		lu, oldest, t.Name, where, t.ID, p(3))
+}
+
+// ScanEnd reads the id of the scan-th row that f selects, in id order (no
+// row when there are fewer): the key alone, an index-only walk of scan
+// entries.
+func (d *Dialect) ScanEnd(t AdminTable, f AdminFilter, scan int) (Call, error) {
+	where, args, err := d.where(t, f)
+	if err != nil {
+		return Call{}, err
+	}
+	return Call{SQL: fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT 1 OFFSET %d", t.ID, t.Name, where, t.ID, max(scan, 1)-1), Args: args}, nil
+}
+
+// ListRows lists the first limit rows that f selects, in id order: id,
+// locked_until, attempts (0 without the column), last_error, created_at
+// (NULL without theirs) and payload.
+func (d *Dialect) ListRows(t AdminTable, f AdminFilter, limit int) (Call, error) {
+	where, args, err := d.where(t, f)
+	if err != nil {
+		return Call{}, err
+	}
+	cols := strings.Join([]string{t.ID, t.LockedUntil, or(t.Attempts, "0"), or(t.LastError, "NULL"), or(t.CreatedAt, "NULL"), t.Payload}, ", ")
+	return Call{SQL: fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT %d", cols, t.Name, where, t.ID, limit), Args: args}, nil
+}
+
+// Change is what an operator does to the rows it selects.
+type Change int
+
+const (
+	// ChangeUnpark makes rows available again, their attempts reset where
+	// the table counts them.
+	ChangeUnpark Change = iota + 1
+	// ChangeRunNow makes rows available now.
+	ChangeRunNow
+	// ChangeDelete deletes rows.
+	ChangeDelete
+)
+
+// ChangeRows writes the statement that makes change c to the rows that f
+// selects. Where the engine locks rows, a row a row-lock handler holds is
+// in work whatever locked_until says: the statement skips it rather than
+// wait for the handler to end.
+func (d *Dialect) ChangeRows(t AdminTable, f AdminFilter, c Change) (Call, error) {
+	where, args, err := d.where(t, f)
+	if err != nil {
+		return Call{}, err
+	}
+	if lock := d.SkipLocked(); lock != "" {
+		where = fmt.Sprintf("%s IN (SELECT %s FROM %s WHERE %s%s)", t.ID, t.ID, t.Name, where, lock)
+	}
+	var stmt string
+	switch c {
+	case ChangeUnpark:
+		stmt = fmt.Sprintf("UPDATE %s SET %s = NULL", t.Name, t.LockedUntil)
+		if t.Attempts != "" {
+			stmt += fmt.Sprintf(", %s = 0", t.Attempts)
+		}
+	case ChangeRunNow:
+		stmt = fmt.Sprintf("UPDATE %s SET %s = NULL", t.Name, t.LockedUntil)
+	case ChangeDelete:
+		stmt = "DELETE FROM " + t.Name
+	default:
+		return Call{}, fmt.Errorf("unknown change %d", c)
+	}
+	return Call{SQL: stmt + " WHERE " + where, Args: args}, nil
 }

@@ -107,8 +107,6 @@ type InboxSQL struct {
 	// Count counts rows by state. Returns available, held (leased or
 	// delayed), parked.
 	Count CountSQL
-	// Unpark makes parked rows available again with no attempts.
-	Unpark UnparkSQL
 	// Floor is the least id of any row of the group at or above an id,
 	// held or not (NULL when there is none). Postgres only (see
 	// claim.Mark): there a walk of the primary key steps over the entry of
@@ -156,7 +154,6 @@ func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 		ReleaseLocked: w.releaseLocked(),
 		Parked:        w.parked(),
 		Count:         w.count(),
-		Unpark:        w.unpark(),
 	}
 	if d.Kind == Postgres {
 		s.SelectAvailable = w.selectAvailable()

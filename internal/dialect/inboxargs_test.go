@@ -121,16 +121,21 @@ func TestOtherCallsMatchTheirParameters(t *testing.T) {
 			group := Table{Name: `"t"`, ID: `"id"`, LockedUntil: `"locked_until"`, Group: `"grp"`}
 			priority := group
 			priority.Priority = `"priority"`
+			bare := Table{Name: `"t"`, ID: `"id"`, LockedUntil: `"locked_until"`}
 			checkCalls(t, fmt.Sprintf("%v, database clock %v", kind, inDB), struct {
 				LockPlaces                  LockPlacesSQL
 				ByKey                       ByKeySQL
 				GroupsAvailable, ByPriority GroupsAvailableSQL
-			}{d.LockPlaces(), d.ByKey(`"t"`, `"id"`, `"key"`), d.GroupsAvailable(group, tm), d.GroupsAvailable(priority, tm)})
+				Notify                      NotifySQL
+				QueueRows, BareRows         QueueRowsSQL
+			}{d.LockPlaces(), d.ByKey(`"t"`, `"id"`, `"key"`), d.GroupsAvailable(group, tm), d.GroupsAvailable(priority, tm),
+				d.Notify(), d.QueueRows(group), d.QueueRows(bare)})
 		}
 	}
 }
 
-// The operator's count by state, with and without a filter's parameters.
+// The operator's count by state, listings and changes, with and without a
+// filter's parameters.
 func TestCountStatesCallMatchesItsParameters(t *testing.T) {
 	group := "g"
 	for _, kind := range []Kind{SQLite, Postgres} {
@@ -143,6 +148,25 @@ func TestCountStatesCallMatchesItsParameters(t *testing.T) {
 				t.Fatalf("%v: %v", kind, err)
 			}
 			checkCalls(t, fmt.Sprintf("%v, filter %+v", kind, f), struct{ CountStates CountStatesSQL }{count})
+			// The operator's other statements take the filter's parameters
+			// alone.
+			scan, err := d.ScanEnd(tbl, f, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			list, err := d.ListRows(tbl, f, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkCall(t, fmt.Sprintf("%v scan end, filter %+v", kind, f), scan)
+			checkCall(t, fmt.Sprintf("%v list, filter %+v", kind, f), list)
+			for _, c := range []Change{ChangeUnpark, ChangeRunNow, ChangeDelete} {
+				change, err := d.ChangeRows(tbl, f, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkCall(t, fmt.Sprintf("%v change %d, filter %+v", kind, c, f), change)
+			}
 		}
 	}
 }

@@ -1,6 +1,10 @@
 package dialect
 
-import "time"
+import (
+	"fmt"
+	"strings"
+	"time"
+)
 
 // Read-only statements for operators (the dashboard): what the lock and
 // schedule tables hold now. Times come back as the tables keep them; the
@@ -55,3 +59,21 @@ FROM ` + ScheduleHeartbeats + ` ORDER BY schedule, instance LIMIT 1000`)},
 ORDER BY moment DESC, schedule, worker LIMIT $1`)},
 	}
 }
+
+// QueueRowsSQL reads every row of an inbox table, or of one group, in id
+// order, for a test to look at: id, locked_until, group, attempts,
+// last_error (NULL where the table has no such column).
+type QueueRowsSQL struct{ text }
+
+// QueueRows writes QueueRowsSQL for t ($1 the group, NULL for every row).
+func (d *Dialect) QueueRows(t Table) QueueRowsSQL {
+	cols := []string{t.ID, t.LockedUntil, or(t.Group, "NULL"), or(t.Attempts, "NULL"), or(t.LastError, "NULL")}
+	where := d.isNull(1)
+	if t.Group != "" {
+		where = fmt.Sprintf("(%s OR %s = $1)", where, t.Group)
+	}
+	return QueueRowsSQL{d.text(fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s", strings.Join(cols, ", "), t.Name, where, t.ID), Times{})}
+}
+
+// Call reads the rows of group ("" for every row).
+func (s QueueRowsSQL) Call(group string) Call { return s.call(nullable(group)) }

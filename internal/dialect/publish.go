@@ -45,6 +45,21 @@ func withNotify(insert string, returning []string, n int) string {
 		insert, strings.Join(ret, ", "), n, n+1)
 }
 
+// NotifySQL wakes the listeners of a channel; its SQL is "" where the
+// database has no notifications.
+type NotifySQL struct{ text }
+
+// Notify writes the statement of NotifySQL.
+func (d *Dialect) Notify() NotifySQL {
+	if d.Kind != Postgres {
+		return NotifySQL{}
+	}
+	return NotifySQL{d.text("SELECT pg_notify($1, $2)", Times{})}
+}
+
+// Call notifies payload on channel.
+func (s NotifySQL) Call(channel, payload string) Call { return s.call(channel, payload) }
+
 // Insert is a publish of one row.
 type Insert struct {
 	Table       string   // quoted

@@ -47,8 +47,6 @@ type RegistrySQL struct {
 	// Minutes lists a queue's minutes from a time on: minute, outcome,
 	// handled, total_us, max_us.
 	Minutes MinutesSQL
-	// Notify announces a pause or resume on a channel; Postgres only.
-	Notify NotifySQL
 }
 
 // Registry writes the registry's statements.
@@ -83,6 +81,5 @@ func (d *Dialect) Registry() RegistrySQL {
 			" ORDER BY instance, position")},
 		Minutes: MinutesSQL{x("SELECT minute, outcome, handled, total_us, max_us FROM " + RegistryMinutes +
 			" WHERE table_name = $1 AND group_name = $2 AND minute >= $3 ORDER BY minute, outcome")},
-		Notify: NotifySQL{x("SELECT pg_notify($1, '')")},
 	}
 }

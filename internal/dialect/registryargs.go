@@ -80,9 +80,3 @@ type MinutesSQL struct{ text }
 func (s MinutesSQL) Call(table, group string, since time.Time) Call {
 	return s.call(table, group, since.UnixMilli())
 }
-
-// NotifySQL announces on a channel.
-type NotifySQL struct{ text }
-
-// Call announces on channel.
-func (s NotifySQL) Call(channel string) Call { return s.call(channel) }

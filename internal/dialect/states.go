@@ -80,21 +80,3 @@ FROM %s WHERE TRUE%s`, availableCond(lu, now), delayedCond(lu, now, "$2"), parke
 func (s CountSQL) Call(now time.Time, group any) Call {
 	return s.call(s.tm.Arg(now, 0), s.tm.Encode(Never), group)
 }
-
-// UnparkSQL makes parked rows available again with no attempts.
-type UnparkSQL struct{ text }
-
-// $1 Never, $2 the ids, $3 the group.
-func (w inboxTable) unpark() UnparkSQL {
-	reset := ""
-	if w.t.Attempts != "" {
-		reset = fmt.Sprintf(", %s = 0", w.t.Attempts)
-	}
-	lu := w.t.LockedUntil
-	return UnparkSQL{w.text(fmt.Sprintf("UPDATE %s SET %s = NULL%s WHERE %s = $1 AND %s%s", w.t.Name, lu, reset, lu, w.d.InList(w.t.ID, 2), w.group(3)))}
-}
-
-// Call unparks the rows ids of group.
-func (s UnparkSQL) Call(ids []int64, group any) Call {
-	return s.call(s.tm.Encode(Never), Of(s.kind).ListArg(ids), group)
-}

@@ -42,6 +42,7 @@ func benchChurn(ctx context.Context, args []string) error {
 	table := fs.String("table", "bench_churn", "table to (re)create")
 	var o churnOpts
 	fs.StringVar(&o.group, "group", "", "fill, drain and subscribe to this group of the table (the idle poll is then the table's group poller)")
+	fs.BoolVar(&o.analyze, "analyze", false, "ANALYZE the table after the drain, as autovacuum's analyze would (no vacuum still): with the fill's statistics the planner reads the idle group poll as a sequential scan, floor or none")
 	fs.BoolVar(&o.hooks, "hooks", false, "run the subscription in a service with Hooks (Claimed, Started, Handled) installed, as inboxotel.Instrument does")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -62,16 +63,17 @@ func benchChurn(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("db=postgres rows=%d group=%q hooks=%t samples=%d fresh_publish_p50_ms=%.3f fresh_publish_p99_ms=%.3f churned_publish_p50_ms=%.3f churned_publish_p99_ms=%.3f churned_first_publish_ms=%.3f p50_ratio=%.2f fresh_idle_buffers_per_claim=%.1f churned_idle_buffers_per_claim=%.1f idle_claims=%d fresh_idle_buffers_per_s=%.1f churned_idle_buffers_per_s=%.1f\n",
-		*rows, o.group, o.hooks, *samples, fresh.p50, fresh.p99, churned.p50, churned.p99, churned.firstPublishMs, churned.p50/fresh.p50,
+	fmt.Printf("db=postgres rows=%d group=%q hooks=%t analyze=%t samples=%d fresh_publish_p50_ms=%.3f fresh_publish_p99_ms=%.3f churned_publish_p50_ms=%.3f churned_publish_p99_ms=%.3f churned_first_publish_ms=%.3f p50_ratio=%.2f fresh_idle_buffers_per_claim=%.1f churned_idle_buffers_per_claim=%.1f idle_claims=%d fresh_idle_buffers_per_s=%.1f churned_idle_buffers_per_s=%.1f\n",
+		*rows, o.group, o.hooks, o.analyze, *samples, fresh.p50, fresh.p99, churned.p50, churned.p99, churned.firstPublishMs, churned.p50/fresh.p50,
 		fresh.bufsPerClaim, churned.bufsPerClaim, churned.idleClaims, fresh.bufsPerSec, churned.bufsPerSec)
 	return nil
 }
 
-// churnOpts are bench churn's --group and --hooks.
+// churnOpts are bench churn's --group, --hooks and --analyze.
 type churnOpts struct {
-	group string
-	hooks bool
+	group   string
+	hooks   bool
+	analyze bool
 }
 
 // churnMeasure fills the table with rows rows, drains them (2 instances x
@@ -90,6 +92,11 @@ func churnMeasure(ctx context.Context, setup *sql.DB, url, table string, rows, s
 		tr := benchkit.NewTracker(first, rows)
 		if _, err := benchkit.Drain(ctx, benchkit.Config{URL: url, Table: table, Form: lease.Form, Instances: 2, Workers: 100, Jobs: rows, Progress: os.Stderr}, tr); err != nil {
 			return out, err
+		}
+		if o.analyze {
+			if _, err := setup.ExecContext(ctx, "ANALYZE "+dialect.Quote(table)); err != nil {
+				return out, err
+			}
 		}
 	}
 	b, err := inbox.Open(url, inbox.WithHub(notify.NewHub()))

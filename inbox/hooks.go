@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/engine"
 )
 
 // Hooks are calls every subscription of a service makes, for metrics and
@@ -69,45 +70,6 @@ func (s *Service) stopped() {
 	}
 }
 
-// installHooks wraps each subscription's observer and claimer in the
-// service's hooks; Run calls it once the tables are checked.
-func (s *Service) installHooks() {
-	if len(s.callHooks) == 0 {
-		return
-	}
-	hooks := s.callHooks
-	for _, sub := range s.subs {
-		prev, sub := sub.cfg.observe, sub
-		sub.cfg.observe = func(e Event) {
-			for _, h := range hooks {
-				if h.Handled != nil {
-					h.Handled(sub, e)
-				}
-			}
-			if prev != nil {
-				prev(e)
-			}
-		}
-		sub.claimer = hookedClaimer{Claimer: sub.claimer, sub: sub, hooks: hooks}
-		var starts []func(*Subscription, context.Context, StartEvent) context.Context
-		for _, h := range hooks {
-			if h.Started != nil {
-				starts = append(starts, h.Started)
-			}
-		}
-		if len(starts) > 0 {
-			handle := sub.handle
-			sub.handle = func(ctx context.Context, value any) error {
-				ev := sub.startEvent(value)
-				for _, f := range starts {
-					ctx = f(sub, ctx, ev)
-				}
-				return handle(ctx, value)
-			}
-		}
-	}
-}
-
 // startEvent reads the id, attempts and trace of a claimed value (a
 // pointer to the queue's struct).
 func (s *Subscription) startEvent(value any) StartEvent {
@@ -132,34 +94,31 @@ func intField(v reflect.Value) int64 {
 	return 0
 }
 
-// hookedClaimer reports each claim to the hooks.
-type hookedClaimer struct {
-	claim.Claimer
-	sub   *Subscription
-	hooks []Hooks
-}
-
-func (c hookedClaimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
-	clk := c.sub.b.clock
-	start := clk.Now()
-	jobs, err := c.Claimer.Claim(ctx, max)
-	ev := ClaimEvent{Start: start, End: clk.Now(), Asked: max, Rows: len(jobs), Err: err}
-	if f := c.sub.shape.byRole[RoleCreatedAt]; f != nil {
-		for _, j := range jobs {
-			if j.Value == nil {
-				continue
-			}
-			if at := timeField(reflect.ValueOf(j.Value).Elem().FieldByIndex(f.index)); !at.IsZero() {
-				ev.Queued = append(ev.Queued, start.Sub(at))
+// reportClaims reports each claim of the subscription to the hooks'
+// Claimed.
+func (s *Subscription) reportClaims(hooks []Hooks) engine.ClaimMiddleware {
+	return func(ctx context.Context, max int, next engine.ClaimFunc) ([]*claim.Job, error) {
+		clk := s.b.clock
+		start := clk.Now()
+		jobs, err := next(ctx, max)
+		ev := ClaimEvent{Start: start, End: clk.Now(), Asked: max, Rows: len(jobs), Err: err}
+		if f := s.shape.byRole[RoleCreatedAt]; f != nil {
+			for _, j := range jobs {
+				if j.Value == nil {
+					continue
+				}
+				if at := timeField(reflect.ValueOf(j.Value).Elem().FieldByIndex(f.index)); !at.IsZero() {
+					ev.Queued = append(ev.Queued, start.Sub(at))
+				}
 			}
 		}
-	}
-	for _, h := range c.hooks {
-		if h.Claimed != nil {
-			h.Claimed(c.sub, ev)
+		for _, h := range hooks {
+			if h.Claimed != nil {
+				h.Claimed(s, ev)
+			}
 		}
+		return jobs, err
 	}
-	return jobs, err
 }
 
 // timeField reads a time.Time, *time.Time or sql.NullTime field.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 
 	iclaim "github.com/sqlinbox/sqlinbox/internal/claim"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
@@ -56,15 +55,6 @@ func (b *Broker) inboxSQL(t iclaim.Table) *dialect.InboxSQL {
 	sql := b.d.Inbox(t.Table, t.Times)
 	s, _ := b.sqls.LoadOrStore(key, &sql)
 	return s.(*dialect.InboxSQL)
-}
-
-// Floor is the gated claimer's floor, for the idle poller (a claimer
-// without one starts at the table's start).
-func (c gatedClaimer) Floor() int64 {
-	if f, ok := c.Claimer.(engine.Floorer); ok {
-		return f.Floor()
-	}
-	return math.MinInt64
 }
 
 // checkCall is one table check that subscriptions starting at the same

@@ -17,6 +17,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/internal/claim"
 	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/internal/engine"
 	"github.com/sqlinbox/sqlinbox/notify"
 )
 
@@ -121,7 +122,7 @@ type registry struct {
 	log    *slog.Logger
 	pauses atomic.Pointer[pauseSet]
 	// claiming is held shared by each gated claim and alone while a new
-	// pause is installed (see gatedClaimer).
+	// pause is installed (see gate).
 	claiming sync.RWMutex
 
 	joined   bool
@@ -155,45 +156,31 @@ func (p pauseSet) holds(table, group string) bool {
 
 func (r *registry) paused(table, group string) bool { return r.pauses.Load().holds(table, group) }
 
-// gatedClaimer claims nothing while its queue is paused: the claim comes
-// back empty, so the subscription waits for its poll or a wake (a resume
-// wakes it). Running handlers are not touched. A claim holds the registry's
-// claim lock (shared) from its look at the paused set to its end, and a new
-// pause is installed under the lock held alone: once Paused reports a pause,
-// no claim that looked before it is still running, and a row written from
+// gate claims nothing while sub's queue is paused: the claim comes back
+// empty, so the subscription waits for its poll or a wake (a resume wakes
+// it). Running handlers are not touched. A claim holds the registry's claim
+// lock (shared) from its look at the paused set to its end, and a new pause
+// is installed under the lock held alone: once Paused reports a pause, no
+// claim that looked before it is still running, and a row written from
 // then on is not claimed.
-type gatedClaimer struct {
-	claim.Claimer
-	reg          *registry
-	table, group string
-}
-
-func (c gatedClaimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
-	c.reg.claiming.RLock()
-	defer c.reg.claiming.RUnlock()
-	if c.reg.paused(c.table, c.group) {
-		return nil, nil
+func (r *registry) gate(sub *Subscription) engine.ClaimMiddleware {
+	return func(ctx context.Context, max int, next engine.ClaimFunc) ([]*claim.Job, error) {
+		r.claiming.RLock()
+		defer r.claiming.RUnlock()
+		if r.paused(sub.table, sub.group) {
+			return nil, nil
+		}
+		return next(ctx, max)
 	}
-	return c.Claimer.Claim(ctx, max)
 }
 
 // start joins the registry and reads the paused queues before any
-// subscription claims, wraps each subscription's claimer in the pause gate
-// and its observer in the per-minute counts, and starts the heartbeat.
+// subscription claims, and starts the heartbeat. The subscriptions' pause
+// gates and per-minute counts are in their decoration (see
+// Service.decorate).
 func (r *registry) start(ctx context.Context) {
 	r.started = r.b.clock.Now()
 	r.join(ctx)
-	for _, sub := range r.svc.subs {
-		sub.claimer = gatedClaimer{Claimer: sub.claimer, reg: r, table: sub.table, group: sub.group}
-		prev, sub := sub.cfg.observe, sub
-		sub.paused = func() bool { return r.paused(sub.table, sub.group) }
-		sub.cfg.observe = func(e Event) {
-			r.record(sub, e)
-			if prev != nil {
-				prev(e)
-			}
-		}
-	}
 	wake := r.b.hub.Subscribe(dialect.PauseChannel, "")
 	if r.b.listener != nil {
 		r.b.listener.Listen(dialect.PauseChannel)

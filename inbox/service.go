@@ -101,11 +101,11 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	s.installHooks()
 	if s.reg != nil {
 		s.reg.start(ctx)
 		defer s.reg.stop()
 	}
+	s.decorate()
 	log.Info("inbox: service started", "subscriptions", len(s.subs))
 	var wg sync.WaitGroup
 	runErrs := make([]error, len(s.subs))

@@ -181,9 +181,9 @@ type Subscription struct {
 	handleJob func(ctx context.Context, j *iclaim.Job) error
 
 	claimer iclaim.Claimer
-	// paused says whether the subscription's queue is paused (set by a
-	// registered service; nil otherwise).
-	paused  func() bool
+	// deco is what its service adds around its claims and handlings (set
+	// by the service's Run; empty otherwise).
+	deco    decoration
 	poller  *engine.Poller // group subscriptions': the table's idle poller
 	running atomic.Bool
 	stats   engine.Counters
@@ -347,10 +347,12 @@ func (s *Subscription) engineConfig(wakes <-chan struct{}) engine.Config {
 	if s.handleJob != nil {
 		c.Handle = s.handleJob
 	}
+	c.Handle = s.started(c.Handle)
 	c.Prepare = func(j *iclaim.Job) { s.shape.setLease(reflect.ValueOf(j.Value).Elem(), j.Lease) }
 	c.ErrorVerdict = errorVerdict
-	c.Paused = s.paused
+	c.ClaimMiddleware = s.deco.claims
+	c.Paused = s.deco.paused
 	c.Unreachable, c.DeadConn = s.b.d.Unreachable, s.b.d.DeadConn
-	c.Observe = s.cfg.observe
+	c.Observe = s.observer()
 	return c
 }

@@ -80,8 +80,13 @@ type Config struct {
 	Clock clock.Clock
 	// Log is the broker's logger: the engine names the subscription in
 	// each line.
-	Log     *slog.Logger
+	Log *slog.Logger
+	// Claimer is the subscription's form, as the form made it: the engine
+	// reads its traits and optional capabilities from it.
 	Claimer contract.Claimer
+	// ClaimMiddleware runs around each claim, the first outermost (see
+	// ClaimMiddleware).
+	ClaimMiddleware []ClaimMiddleware
 	// Wakes delivers a wake per publish or notification (coalesced).
 	Wakes <-chan struct{}
 	// Poller, when set, polls for the subscription while it is idle, with
@@ -101,6 +106,7 @@ type Engine struct {
 	logOnce sync.Once
 	log     *slog.Logger // cfg.Log with the subscription's name; see logger
 	traits  contract.Traits
+	claim   ClaimFunc // the form's Claim inside cfg.ClaimMiddleware
 	stats   *Counters
 	guard   overrunGuard
 	every   time.Duration // a lease's extension period
@@ -108,7 +114,8 @@ type Engine struct {
 
 // New returns the engine of cfg.
 func New(cfg Config) *Engine {
-	return &Engine{cfg: cfg, traits: cfg.Claimer.Traits(), stats: cfg.Counters, every: cfg.Lease * 2 / 3}
+	return &Engine{cfg: cfg, traits: cfg.Claimer.Traits(), claim: chainClaims(cfg.Claimer, cfg.ClaimMiddleware),
+		stats: cfg.Counters, every: cfg.Lease * 2 / 3}
 }
 
 // limit is n within the most rows a claim of the form may ask for.

@@ -272,7 +272,7 @@ func (l *loop) claimMore() {
 func (l *loop) claiming(r claimReq) {
 	for ok := true; ok; r, ok = <-l.claims {
 		at := l.e.cfg.Clock.Now()
-		jobs, err := l.e.cfg.Claimer.Claim(r.ctx, r.asked)
+		jobs, err := l.e.claim(r.ctx, r.asked)
 		l.results <- claimResult{at: at, asked: r.asked, workers: r.workers, jobs: jobs, err: err, gen: r.gen}
 		if len(jobs) < r.asked {
 			return

@@ -6,7 +6,10 @@
 // or snoozes the row and reports the outcome. Counters (counters.go) and
 // the idle state (idle.go) are what the roles share. Package inbox
 // configures an Engine for each Subscription and hands its Run over to it;
-// every call back up is a field of Callbacks.
+// every call back up is a field of Callbacks. The engine imports no driver:
+// it knows a form by internal/claim/contract and its Traits, and what an
+// error says about the database (unreachable, a dead connection) from the
+// dialect's answers in Callbacks.
 package engine
 
 import (

@@ -53,7 +53,7 @@ func Open(rawURL string) (*sql.DB, *Dialect, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("open %s: %w", redact(rawURL), err)
 		}
-		return stdlib.OpenDB(*cfg, stdlib.OptionShouldPing(shouldPing)), Of(Postgres), nil
+		return openPostgres(rawURL, cfg), Of(Postgres), nil
 	case strings.HasPrefix(rawURL, "mysql://"):
 		db, err := openMySQL(rawURL)
 		if err != nil {

@@ -190,3 +190,27 @@ func uniqueName(t testing.TB) string {
 	}
 	return fmt.Sprintf("%s_%s", name, hex.EncodeToString(b[:]))
 }
+
+// The variables that point the pooler tests at PgBouncer (.ci/pgbouncer
+// starts one): a database alias in pool_mode=transaction and one in
+// pool_mode=session, both onto the server of PostgresEnv. The URLs set no
+// search_path (PgBouncer refuses it at startup), so the tests name their
+// tables with UniqueName in the database's default schema.
+const (
+	PgBouncerTxEnv      = "PGBOUNCER_TX_TEST_URL"
+	PgBouncerSessionEnv = "PGBOUNCER_SESSION_TEST_URL"
+)
+
+// PgBouncer returns the URL in env (PgBouncerTxEnv or PgBouncerSessionEnv),
+// or skips the test saying what to set.
+func PgBouncer(t testing.TB, env string) string {
+	t.Helper()
+	u := os.Getenv(env)
+	if u == "" {
+		t.Skipf("%s is not set: skipping a test through PgBouncer (.ci/pgbouncer start prints it, e.g. %s=postgres://postgres@127.0.0.1:6432/test_tx?sslmode=disable)", env, env)
+	}
+	return u
+}
+
+// UniqueName is the test's name made an identifier, with a random suffix.
+func UniqueName(t testing.TB) string { return uniqueName(t) }

@@ -45,6 +45,9 @@ type Broker struct {
 	listener     *notify.Listener
 	stopListener context.CancelFunc
 	listenerDone chan struct{}
+	notifies     bool    // publishes send pg_notify (ListenNotify)
+	listenDB     *sql.DB // ListenURL's pool, the broker's to close; nil for none
+	pickup       Pickup
 
 	mu        sync.Mutex
 	inserts   map[string]insert        // publish statements by table and row type
@@ -74,6 +77,7 @@ type brokerConfig struct {
 	notify   bool
 	maxConns int
 	trace    func(context.Context) string
+	listen   string // ListenURL's
 }
 
 // PollInterval sets how long a subscription waits after a short claim before
@@ -177,6 +181,13 @@ func WithTraceContext(f func(ctx context.Context) string) Option {
 //	sqlite://:memory:NAME          a named in-memory database every pool of the process shares
 //
 // The broker owns the pool it opened: Close closes it.
+//
+// On Postgres, Open learns at once what stands between it and the server
+// (one extra connection and round trip; more behind a pooler): behind a
+// pooler such as PgBouncer its connections skip pgx's statement cache,
+// which a pooler in transaction mode breaks; there the advisory form is
+// refused at Subscribe and notifications need ListenURL (see Pickup). A
+// database that does not answer yet does not fail Open.
 func Open(url string, opts ...Option) (*Broker, error) {
 	db, d, err := dialect.Open(url)
 	if err != nil {
@@ -206,7 +217,7 @@ func Open(url string, opts ...Option) (*Broker, error) {
 // configures its own: on SQLite, write transactions that begin with BEGIN
 // IMMEDIATE, a busy timeout, WAL for files and a bounded page cache; on
 // MariaDB and MySQL, times read as time.Time in UTC, sessions in UTC and
-// matched rows counted. Use it
+// matched rows counted; on Postgres behind a pooler, no statement cache. Use it
 // for the pools you hand to lock.NewSQL, schedule.New or New. The pool is
 // the caller's: size it with SetMaxOpenConns and close it when done.
 func OpenDB(url string) (*sql.DB, error) {
@@ -226,7 +237,10 @@ func OpenDB(url string) (*sql.DB, error) {
 // refused, with the DSN that sets one, as is a MySQL pool without
 // parseTime=true, loc=UTC, time_zone='+00:00' and clientFoundRows=true:
 // open it with OpenDB, or with that DSN. Subscriptions size their claims to the
-// pool: they never hold more than its size less one connection.
+// pool: they never hold more than its size less one connection. A pgx pool
+// behind a pooler in transaction mode whose connections keep pgx's
+// statement cache is refused (ErrTransactionPooling), with the setting that
+// fixes it.
 func New(pool any, opts ...Option) (*Broker, error) {
 	var db *sql.DB
 	wrapped := false
@@ -257,6 +271,9 @@ func New(pool any, opts ...Option) (*Broker, error) {
 	}
 	b, err := newBroker(db, d, cfg)
 	if err != nil {
+		if wrapped {
+			db.Close()
+		}
 		return nil, err
 	}
 	b.owns = wrapped
@@ -286,22 +303,16 @@ func apply(cfg *brokerConfig, opts []Option) error {
 
 func newBroker(db *sql.DB, d *dialect.Dialect, cfg brokerConfig) (*Broker, error) {
 	b := &Broker{db: db, d: d, poll: cfg.poll, clock: cfg.clock, log: cfg.log, hub: cfg.hub, trace: cfg.trace,
-		maxConn: db.Stats().MaxOpenConnections, inserts: map[string]insert{}, encodings: map[string]dialect.Times{}}
+		maxConn: db.Stats().MaxOpenConnections, inserts: map[string]insert{}, encodings: map[string]dialect.Times{},
+		notifies: cfg.notify, pickup: Pickup{Poll: cfg.poll}}
+	pooling, err := b.detectPooling()
+	if err != nil {
+		return nil, err
+	}
 	if cfg.notify {
-		if !d.Notifies() {
-			return nil, fmt.Errorf("inbox: %w: ListenNotify needs Postgres; %s has no LISTEN/NOTIFY (in-process publishes still wake at once)", ErrInvalid, d)
+		if err := b.startListener(cfg, pooling); err != nil {
+			return nil, err
 		}
-		if b.maxConn != 0 && b.maxConn < 3 {
-			return nil, fmt.Errorf("inbox: %w: ListenNotify keeps one connection for the listener; a pool of %d leaves too few: give the pool at least 3", ErrInvalid, b.maxConn)
-		}
-		b.listener = notify.NewListener(db, b.hub, b.log)
-		ctx, cancel := context.WithCancel(context.Background())
-		b.stopListener = cancel
-		b.listenerDone = make(chan struct{})
-		go func() {
-			defer close(b.listenerDone)
-			_ = b.listener.Run(ctx)
-		}()
 	}
 	b.budget = claim.NewBudget(b.claimConns())
 	b.stmts = dialect.NewStmts(b.db, b.d)
@@ -330,6 +341,9 @@ func (b *Broker) Close() error {
 		<-b.listenerDone
 	}
 	err := b.stmts.Close()
+	if b.listenDB != nil {
+		err = errors.Join(err, b.listenDB.Close())
+	}
 	if b.owns {
 		return errors.Join(err, b.db.Close())
 	}
@@ -344,7 +358,7 @@ func (b *Broker) claimConns() int {
 		return 1 << 20
 	}
 	n := b.maxConn - 1
-	if b.listener != nil {
+	if b.listener != nil && b.listenDB == nil {
 		n--
 	}
 	return max(n, 1)

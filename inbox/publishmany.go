@@ -341,7 +341,7 @@ func (b *Broker) batchPlan(ctx context.Context, catalog dialect.Querier, table s
 		Table:       dialect.Quote(table),
 		LockedUntil: dialect.Quote(s.column(RoleLockedUntil)),
 		Returning:   []string{dialect.Quote(s.column(RoleID))},
-		Notify:      b.listener != nil,
+		Notify:      b.notifies,
 	}}
 	if k := s.column(RoleKey); k != "" {
 		p.batch.Key = dialect.Quote(k)

@@ -241,7 +241,7 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 	payload := q.group
 	// A payload must stay under Postgres's 8000 bytes: a group too long for
 	// the stamp goes unstamped (its process is woken twice).
-	if b.listener != nil && stamped && len(q.group) < 7900 {
+	if b.notifies && stamped && len(q.group) < 7900 {
 		payload = b.hub.Stamp(q.group)
 	}
 	call := ins.Call(values, offset, at, q.table, payload)
@@ -329,7 +329,7 @@ func (b *Broker) insertSQL(table string, s *shape, tm dialect.Times) (dialect.Pu
 			LockedUntil: dialect.Quote(s.column(RoleLockedUntil)),
 			ID:          dialect.Quote(s.column(RoleID)),
 			Key:         quoteOpt(s.column(RoleKey)),
-			Notify:      b.listener != nil,
+			Notify:      b.notifies,
 		}, tm)}
 		b.inserts[key] = ins
 	}

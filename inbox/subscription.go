@@ -216,7 +216,9 @@ func (s *Subscription) Stats() Stats { return s.stats.Read() }
 
 // Subscribe makes a subscription of handler h to queue q. It checks what it
 // can without the database (the options, and that the form serves the
-// broker's database); Run checks the table before its first claim.
+// broker's database; the advisory form, behind a pooler in transaction
+// mode, is refused with ErrTransactionPooling); Run checks the table before
+// its first claim.
 func Subscribe[T any](b *Broker, q Queue[T], h Handler[T], opts ...SubOption) (*Subscription, error) {
 	if q.shape == nil {
 		return nil, fmt.Errorf("inbox: %w: Subscribe to a zero Queue: make it with NewQueue", ErrInvalid)
@@ -240,6 +242,9 @@ func Subscribe[T any](b *Broker, q Queue[T], h Handler[T], opts ...SubOption) (*
 	if err := cfg.form.Supports(b.d); err != nil {
 		return nil, fmt.Errorf("inbox: subscription %q on table %q: %w: the %s form cannot run on %s: %w", cfg.name, q.table, ErrInvalid, cfg.form.Name(), b.d, err)
 	}
+	if err := b.refuseSessionForm(context.Background(), cfg.form, cfg.name, q.table); err != nil {
+		return nil, err
+	}
 	if q.group != "" && q.shape.column(RoleGroup) == "" {
 		return nil, fmt.Errorf("inbox: subscription %q: %w: queue has group %q but %v tags no group column (`inbox:\"group\"`)", cfg.name, ErrInvalid, q.group, q.shape.typ)
 	}
@@ -255,6 +260,9 @@ func Subscribe[T any](b *Broker, q Queue[T], h Handler[T], opts ...SubOption) (*
 
 // check reads the table and makes the claimer. Run calls it first.
 func (s *Subscription) check(ctx context.Context) error {
+	if err := s.b.refuseSessionForm(ctx, s.cfg.form, s.cfg.name, s.table); err != nil {
+		return err
+	}
 	t, err := s.b.checkShared(ctx, s.table, s.shape, s.grouped)
 	if err != nil {
 		return err

@@ -52,6 +52,10 @@ func (form) Supports(d *dialect.Dialect) error {
 	return claim.PostgresOnly("advisory", "rows with pg_try_advisory_lock on a pinned session", d)
 }
 
+// HoldsSession marks a form whose holds live in the server session: a
+// pooler in transaction mode cannot serve it, and Subscribe refuses it there.
+func (form) HoldsSession() {}
+
 func (f form) New(env claim.Env) (claim.Claimer, error) {
 	if err := claim.CheckEnv(f, env); err != nil {
 		return nil, err

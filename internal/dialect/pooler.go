@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 	"weak"
@@ -104,8 +105,9 @@ func register(db *sql.DB, f *facts) *facts {
 // openPostgres opens a pool on cfg whose first connection learns the
 // pool's Pooling on a probe connection of its own (one connection and one
 // round trip when direct; a second connection and a few round trips behind
-// a pooler). Behind a pooler in transaction mode the connections run
-// queries in pgx's cache_describe mode, since pgx's default
+// a pooler). Behind a pooler the connections run queries in pgx's
+// cache_describe mode (in session mode too: should a pooler in transaction
+// mode ever pass for one in session mode, nothing breaks), since pgx's default
 // (cache_statement) prepares named statements that another client's
 // transaction then meets on the same server session ("prepared statement
 // stmtcache_... already exists"); cache_describe sends each statement with
@@ -127,7 +129,7 @@ func openPostgres(rawURL string, cfg *pgx.ConnConfig) *sql.DB {
 			}
 			f.pooling = p
 		}
-		if f.pooling == TransactionPooled && !explicit {
+		if f.pooling != Direct && !explicit {
 			c.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 		}
 		f.mode = c.DefaultQueryExecMode
@@ -145,7 +147,7 @@ func openPostgres(rawURL string, cfg *pgx.ConnConfig) *sql.DB {
 // differs from the one it was told at connect is behind a pooler; behind
 // one in transaction mode, a transaction on a second connection gets the
 // server session the first connection's last statement used. One round
-// trip when direct, up to 13 behind a pooler in session mode. A pool whose
+// trip when direct, up to 33 behind a pooler in session mode. A pool whose
 // driver hides its pgx connections (a wrapping driver) is PoolingUnknown.
 func PoolingOf(ctx context.Context, db *sql.DB) (Pooling, error) {
 	f := factsOf(db)
@@ -243,15 +245,18 @@ func detectConfig(ctx context.Context, cfg *pgx.ConnConfig) (Pooling, error) {
 }
 
 // detectTries bounds the transactions classify runs on a second
-// connection: a pooler that hands out its servers round robin may give that
-// transaction another server than the first connection's, which tells
-// nothing.
-const detectTries = 3
+// connection. One seldom tells: under load another client's transaction
+// may take the server session the first connection just gave back, and the
+// pooler may hand the first connection that one again; a pooler in session
+// mode never does either, whatever the tries.
+const detectTries = 8
 
 // classify tells the Pooling behind connection a, with second(use) lending
-// a second connection of the same pool when a turns out to be pooled. Every
-// statement goes by the simple protocol, so the probe leaves no prepared
-// statement behind.
+// a second connection of the same pool when a turns out to be pooled: a
+// pooler in transaction mode shows itself when a's statements run on two
+// server processes, or when a transaction of the second connection runs on
+// one of a's. Every statement goes by the simple protocol, so the probe
+// leaves no prepared statement behind.
 func classify(ctx context.Context, a *pgx.Conn, second func(use func(*pgx.Conn) error) error) (Pooling, error) {
 	p1, err := backendPID(ctx, a)
 	if err != nil {
@@ -267,9 +272,9 @@ func classify(ctx context.Context, a *pgx.Conn, second func(use func(*pgx.Conn) 
 				return err
 			}
 			q, err := backendPID(ctx, b)
-			var p2 uint32
-			if err == nil && q != p1 {
-				p2, err = backendPID(ctx, a)
+			var pa uint32
+			if err == nil {
+				pa, err = backendPID(ctx, a)
 			}
 			if _, rbErr := b.Exec(ctx, "ROLLBACK", pgx.QueryExecModeSimpleProtocol); err == nil {
 				err = rbErr
@@ -277,9 +282,7 @@ func classify(ctx context.Context, a *pgx.Conn, second func(use func(*pgx.Conn) 
 			if err != nil {
 				return err
 			}
-			// In session mode a's server is a's alone: b's transaction never
-			// gets it, and a keeps it.
-			if q == p1 || p2 != p1 {
+			if q == p1 || pa != p1 {
 				pooling = TransactionPooled
 				return nil
 			}
@@ -311,3 +314,16 @@ func IsStatementCacheClash(err error) bool {
 // runs at start; a database that does not answer by then is asked again
 // when first used.
 const DetectTimeout = 5 * time.Second
+
+// Redact hides a URL's password, for messages.
+func Redact(raw string) string { return redact(raw) }
+
+// IsMissingTable reports whether err says a table does not exist: SQLSTATE
+// 42P01 on Postgres, "no such table" on SQLite.
+func IsMissingTable(d *Dialect, err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == "42P01"
+	}
+	return d.Kind == SQLite && err != nil && strings.Contains(err.Error(), "no such table")
+}

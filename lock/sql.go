@@ -65,9 +65,14 @@ func NewSQL(ctx context.Context, db *sql.DB, opts ...SQLOption) (*SQL, error) {
 		return nil, fmt.Errorf("lock: the %s database is unreachable (check its URL, and that the server runs and accepts this client): %w", d, err)
 	}
 	stmts := d.Lock()
-	var probe int
-	if err := db.QueryRowContext(ctx, stmts.Probe.Call().SQL).Scan(&probe); err != nil {
-		return nil, fmt.Errorf("lock: %s table %s is not usable (create it with migrations.ApplyLocks(ctx, db)): %w", d, dialect.LockTable, err)
+	pooling := dialect.PoolingUnknown
+	if d.Kind == dialect.Postgres {
+		if pooling, err = dialect.CheckPool(ctx, db, "lock: the store's pool"); errors.Is(err, dialect.ErrTransactionPooling) {
+			return nil, err
+		}
+	}
+	if err := probeTable(ctx, db, d, stmts.Probe.Call().SQL); err != nil {
+		return nil, err
 	}
 	s := &SQL{
 		db: db, d: d, clock: clock.OrHost(o.clock), log: o.logger, sweep: o.sweep,
@@ -82,6 +87,12 @@ func NewSQL(ctx context.Context, db *sql.DB, opts ...SQLOption) (*SQL, error) {
 	case o.listener != nil:
 		s.hub = o.hub
 		o.listener.Listen(dialect.LockChannel)
+	case pooling == dialect.TransactionPooled:
+		// LISTEN on a pooled connection hears nothing: waiters of other
+		// instances find a freed place at their retry instead.
+		s.hub = notify.NewHub()
+		s.log.Warn("lock: the pool goes through a pooler in transaction mode, where LISTEN hears nothing: waiters in other instances find a released place at their RetryDelay, not at once; "+
+			"give lock.SQLListener the Listener and Hub of an inbox broker opened with inbox.ListenURL (a direct or session-pooled URL) to wake them", "table", dialect.LockTable)
 	default:
 		s.hub = notify.NewHub()
 		l := notify.NewListener(db, s.hub, o.logger)
@@ -92,6 +103,23 @@ func NewSQL(ctx context.Context, db *sql.DB, opts ...SQLOption) (*SQL, error) {
 		s.done.Go(func() { s.sweeper(runCtx) })
 	}
 	return s, nil
+}
+
+// probeTable reads the lock table, and says what the answer means: a
+// missing table is created with migrations.ApplyLocks; any other failure is
+// reported as it is.
+func probeTable(ctx context.Context, db *sql.DB, d *dialect.Dialect, probeSQL string) error {
+	var probe int
+	err := db.QueryRowContext(ctx, probeSQL).Scan(&probe)
+	switch {
+	case err == nil:
+		return nil
+	case dialect.IsStatementCacheClash(err):
+		return fmt.Errorf("lock: read %s table %s: %w: %w; open the pool with inbox.OpenDB, or add default_query_exec_mode=cache_describe to its URL", d, dialect.LockTable, dialect.ErrTransactionPooling, err)
+	case dialect.IsMissingTable(d, err):
+		return fmt.Errorf("lock: %s table %s does not exist (create it with migrations.ApplyLocks(ctx, db)): %w", d, dialect.LockTable, err)
+	}
+	return fmt.Errorf("lock: read %s table %s (migrations.ApplyLocks creates it): %w", d, dialect.LockTable, err)
 }
 
 // Close stops the store's sweep and its own listener, if it runs one, and on

@@ -3,7 +3,8 @@
 // report reads `go test -json` on stdin and prints what a CI reader needs:
 // each package's result, the whole output of every failed test, the tests
 // that skipped for want of a service, and a closing count. It exits 1 when a
-// test failed or skipped for want of Postgres, Redis or MariaDB.
+// test failed or skipped for want of Postgres, Redis, MariaDB or PgBouncer
+// (one of serviceVars named in its skip message).
 //
 //	go test -json ./... | go run .ci/report.go
 package main
@@ -61,7 +62,7 @@ func main() {
 			if e.Test != "" {
 				skipped++
 				text := strings.Join(outputs[key], "")
-				if strings.Contains(text, "POSTGRES_TEST_URL") || strings.Contains(text, "REDIS_TEST_URL") || strings.Contains(text, "MYSQL_TEST_URL") {
+				if wantsService(text) {
 					skippedForService = append(skippedForService, key+": "+strings.TrimSpace(lastLine(text)))
 				}
 				delete(outputs, key)
@@ -82,6 +83,18 @@ func main() {
 	if len(failed) > 0 || len(skippedForService) > 0 {
 		os.Exit(1)
 	}
+}
+
+// serviceVars are the variables that point tests at the services CI runs.
+var serviceVars = []string{"POSTGRES_TEST_URL", "REDIS_TEST_URL", "MYSQL_TEST_URL", "PGBOUNCER_TX_TEST_URL", "PGBOUNCER_SESSION_TEST_URL"}
+
+func wantsService(skipOutput string) bool {
+	for _, v := range serviceVars {
+		if strings.Contains(skipOutput, v) {
+			return true
+		}
+	}
+	return false
 }
 
 func lastLine(s string) string {

@@ -185,7 +185,7 @@ func TestListenURLBehindTransactionPooling(t *testing.T) {
 		t.Fatalf("the fallback is said %d times at start, want once:\n%s", said, logs.String())
 	}
 
-	sub, err := inbox.Open(pooled, inbox.ListenURL(direct), inbox.PollInterval(poll), inbox.WithHub(notify.NewHub()))
+	sub, err := openBehindPooler(pooled, direct, inbox.PollInterval(poll), inbox.WithHub(notify.NewHub()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,6 +226,12 @@ func TestListenURLBehindTransactionPooling(t *testing.T) {
 	case <-time.After(poll / 3):
 		t.Fatalf("a publish from another broker was not picked up within %v: the notification did not reach the ListenURL connection", poll/3)
 	}
+}
+
+// docs/production.md, "Poolers": the broker on the pooled URL, its
+// listener on a direct one.
+func openBehindPooler(pooledURL, directURL string, opts ...inbox.Option) (*inbox.Broker, error) {
+	return inbox.Open(pooledURL, append(opts, inbox.ListenURL(directURL))...)
 }
 
 // A ListenURL through a pooler in transaction mode is refused by name.

@@ -319,11 +319,18 @@ const DetectTimeout = 5 * time.Second
 func Redact(raw string) string { return redact(raw) }
 
 // IsMissingTable reports whether err says a table does not exist: SQLSTATE
-// 42P01 on Postgres, "no such table" on SQLite.
+// 42P01 on Postgres, "no such table" on SQLite, error 1146 on MySQL.
 func IsMissingTable(d *Dialect, err error) bool {
 	var pg *pgconn.PgError
-	if errors.As(err, &pg) {
+	switch {
+	case err == nil:
+		return false
+	case errors.As(err, &pg):
 		return pg.Code == "42P01"
+	case d.Kind == SQLite:
+		return strings.Contains(err.Error(), "no such table")
+	case d.Kind == MySQL:
+		return strings.Contains(err.Error(), "Error 1146")
 	}
-	return d.Kind == SQLite && err != nil && strings.Contains(err.Error(), "no such table")
+	return false
 }

@@ -38,6 +38,13 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	if s.state != 0 {
 		return errors.New("schedule: Start called twice, or after Stop")
 	}
+	if s.d.Kind == dialect.Postgres {
+		// A statement-cache clash behind a pooler would read below as a
+		// missing migration.
+		if _, err := dialect.CheckPool(ctx, s.db, "schedule: the scheduler's pool"); errors.Is(err, dialect.ErrTransactionPooling) {
+			return err
+		}
+	}
 	if err := s.holdName(ctx); err != nil {
 		if errors.Is(err, ErrDuplicateInstance) {
 			return err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/internal/testdb"
 )
 
 func TestCheckTableName(t *testing.T) {
@@ -151,5 +152,31 @@ func TestDatabaseTimesRoundTrip(t *testing.T) {
 		}
 		defer db.Close()
 		check(t, db, d, dialect.Timestamptz)
+	})
+	t.Run("mysql", func(t *testing.T) {
+		db, d, err := dialect.Open(testdb.MySQL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		check(t, db, d, dialect.Datetime)
+		// A time written by the host clock reads back equal, and a fence
+		// on it matches.
+		if _, err := db.ExecContext(ctx, "CREATE TABLE fence (id BIGINT PRIMARY KEY, locked_until DATETIME(6) NULL) ENGINE=InnoDB"); err != nil {
+			t.Fatal(err)
+		}
+		tm := dialect.Times{Kind: d.Kind, Encoding: dialect.EncodingFor(d.Kind, "datetime(6)")}
+		at := time.Now().In(time.FixedZone("far", 5*3600))
+		if _, err := db.ExecContext(ctx, "INSERT INTO fence VALUES (1, ?)", tm.Encode(at)); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		var back time.Time
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*), MAX(locked_until) FROM fence WHERE locked_until = ?", tm.Encode(at)).Scan(&n, &back); err != nil || n != 1 {
+			t.Fatalf("fence on %v matched %d rows: %v", tm.Encode(at), n, err)
+		}
+		if !back.Equal(at.Truncate(time.Microsecond)) {
+			t.Errorf("wrote %v, read back %v", at, back)
+		}
 	})
 }

@@ -20,6 +20,10 @@ const (
 	Text
 	// UnixMillis is SQLite integer milliseconds since the Unix epoch.
 	UnixMillis
+	// Datetime is a MariaDB/MySQL DATETIME(6) holding UTC, kept to the
+	// microsecond. DATETIME, not TIMESTAMP: it does not move with the
+	// session's time zone, and it reaches past 2038 (Never is 9999).
+	Datetime
 )
 
 // TextLayout is the one text format of SQLite timestamps.
@@ -32,8 +36,11 @@ var Never = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 // EncodingFor picks the encoding of a SQLite column from its declared type,
 // following SQLite's own affinity rules: a type holding "INT" keeps integers.
 func EncodingFor(k Kind, declared string) Encoding {
-	if k == Postgres {
+	switch k {
+	case Postgres:
 		return Timestamptz
+	case MySQL:
+		return Datetime
 	}
 	if strings.Contains(strings.ToUpper(declared), "INT") {
 		return UnixMillis
@@ -52,7 +59,7 @@ type Times struct {
 
 // Precision is the finest step the encoding keeps.
 func (t Times) Precision() time.Duration {
-	if t.Kind == Postgres {
+	if t.Kind != SQLite {
 		return time.Microsecond
 	}
 	return time.Millisecond
@@ -69,6 +76,9 @@ func (t Times) At(n int) string {
 		// statement_timestamp, not now(): inside a row-lock transaction
 		// now() is the claim's time, and a retry would count from it.
 		return fmt.Sprintf("(statement_timestamp() + $%d::bigint * interval '1 microsecond')", n)
+	case Datetime:
+		// UTC_TIMESTAMP(6) is the statement's time, as statement_timestamp.
+		return fmt.Sprintf("(UTC_TIMESTAMP(6) + INTERVAL $%d MICROSECOND)", n)
 	case UnixMillis:
 		return fmt.Sprintf("(CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) + $%d / 1000)", n)
 	default:

@@ -53,6 +53,28 @@ var roleTypes = map[Role]struct {
 	RoleTrace:       {[]string{"text", "character varying"}, "text", "TEXT"},
 }
 
+// myRoleTypes are the column types each role accepts on MariaDB and MySQL
+// (integer display widths dropped), and the declaration the fix gives. A
+// lease is a fence only if the column keeps it to the microsecond:
+// locked_until is DATETIME(6) alone (TIMESTAMP ends in 2038, and moves with
+// the session's time zone). Group and key columns are indexed: VARCHAR, not
+// TEXT, which an index takes only a prefix of.
+var myRoleTypes = map[Role]struct {
+	types []string
+	add   string
+}{
+	RoleID:          {[]string{"smallint", "mediumint", "int", "bigint", "smallint unsigned", "mediumint unsigned", "int unsigned"}, "BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY"},
+	RoleLockedUntil: {[]string{"datetime(6)"}, "DATETIME(6) NULL"},
+	RolePayload:     {[]string{"blob", "mediumblob", "longblob", "text", "mediumtext", "longtext", "json", "varbinary", "varchar"}, "LONGBLOB"},
+	RoleGroup:       {[]string{"varchar", "char"}, "VARCHAR(255) NOT NULL DEFAULT ''"},
+	RoleAttempts:    {[]string{"smallint", "mediumint", "int", "bigint"}, "INT NOT NULL DEFAULT 0"},
+	RoleLastError:   {[]string{"text", "mediumtext", "longtext", "varchar"}, "TEXT"},
+	RoleCreatedAt:   {[]string{"datetime", "timestamp"}, "DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6))"},
+	RoleKey:         {[]string{"varchar", "char", "varbinary"}, "VARCHAR(255) NULL"},
+	RolePriority:    {[]string{"tinyint", "smallint", "int"}, "SMALLINT NOT NULL DEFAULT 0"},
+	RoleTrace:       {[]string{"varchar", "text"}, "VARCHAR(255) NULL"},
+}
+
 // checkTable reads table's catalog and returns what the claim forms need, or
 // a TableError naming the first problem and its fix.
 func checkTable(ctx context.Context, b *Broker, table string, s *shape, grouped bool) (claim.Table, error) {
@@ -64,7 +86,10 @@ func checkTable(ctx context.Context, b *Broker, table string, s *shape, grouped 
 	if len(cols) == 0 {
 		return claim.Table{}, &TableError{Table: table,
 			Problem: fmt.Sprintf("does not exist (migrations.Apply(ctx, db, %q) creates the reference table)", table),
-			Fix:     createTable(d.Kind, table, s, grouped)}
+			Fix:     createTable(d, table, s, grouped)}
+	}
+	if err := checkEngine(ctx, b, table); err != nil {
+		return claim.Table{}, err
 	}
 	byName := map[string]dialect.Column{}
 	for _, c := range cols {
@@ -79,7 +104,12 @@ func checkTable(ctx context.Context, b *Broker, table string, s *shape, grouped 
 		if f.role == "" {
 			continue
 		}
-		if d.Kind == dialect.Postgres {
+		if d.Kind == dialect.MySQL {
+			if !typeIn(c.Type, myRoleTypes[f.role].types) {
+				return claim.Table{}, fixErr(ctx, b, table, cols, f,
+					fmt.Sprintf("has type %s, which cannot hold the role %s (takes %s)", c.Type, f.role, strings.Join(myRoleTypes[f.role].types, ", ")), true)
+			}
+		} else if d.Kind == dialect.Postgres {
 			if !typeIn(c.Type, roleTypes[f.role].pg) {
 				return claim.Table{}, fixErr(ctx, b, table, cols, f,
 					fmt.Sprintf("has type %s, which cannot hold the role %s (takes %s)", c.Type, f.role, strings.Join(roleTypes[f.role].pg, ", ")), true)
@@ -105,11 +135,11 @@ func checkTable(ctx context.Context, b *Broker, table string, s *shape, grouped 
 	id, group := s.column(RoleID), s.column(RoleGroup)
 	if !leads(idx, id) {
 		return claim.Table{}, &TableError{Table: table, Column: id, Problem: "has no index (claims walk rows in id order): make it the primary key, or give it a unique index",
-			Fix: fmt.Sprintf("CREATE UNIQUE INDEX %s ON %s (%s)", dialect.Quote(bare(table)+"_"+id), dialect.Quote(table), dialect.Quote(id))}
+			Fix: fmt.Sprintf("CREATE UNIQUE INDEX %s ON %s (%s)", d.Quote(bare(table)+"_"+id), d.Quote(table), d.Quote(id))}
 	}
 	if grouped && !leads(idx, group) {
 		return claim.Table{}, &TableError{Table: table, Column: group, Problem: "has no index serving a claim of one group",
-			Fix: fmt.Sprintf("CREATE INDEX %s ON %s (%s, %s)", dialect.Quote(bare(table)+"_group_id"), dialect.Quote(table), dialect.Quote(group), dialect.Quote(id))}
+			Fix: fmt.Sprintf("CREATE INDEX %s ON %s (%s, %s)", d.Quote(bare(table)+"_group_id"), d.Quote(table), d.Quote(group), d.Quote(id))}
 	}
 
 	if err := checkKeyAndPriority(ctx, b, table, s, grouped, idx); err != nil {
@@ -123,20 +153,20 @@ func checkTable(ctx context.Context, b *Broker, table string, s *shape, grouped 
 	if t.Blocks, err = d.BlockSequence(ctx, b.db, table); err != nil {
 		return claim.Table{}, fmt.Errorf("inbox: table %q: %w", table, err)
 	}
-	t.Name = dialect.Quote(table)
-	t.ID = dialect.Quote(id)
-	t.LockedUntil = dialect.Quote(s.column(RoleLockedUntil))
+	t.Name = d.Quote(table)
+	t.ID = d.Quote(id)
+	t.LockedUntil = d.Quote(s.column(RoleLockedUntil))
 	if grouped {
-		t.Group = dialect.Quote(group) // claims filter on it; whole-table claims do not
+		t.Group = d.Quote(group) // claims filter on it; whole-table claims do not
 	}
 	if p := s.column(RolePriority); p != "" {
-		t.Priority = dialect.Quote(p)
+		t.Priority = d.Quote(p)
 	}
 	if a := s.column(RoleAttempts); a != "" {
-		t.Attempts = dialect.Quote(a)
+		t.Attempts = d.Quote(a)
 	}
 	if e := s.column(RoleLastError); e != "" {
-		t.LastError = dialect.Quote(e)
+		t.LastError = d.Quote(e)
 	}
 	scanned := s.scanned()
 	for _, f := range scanned {
@@ -167,6 +197,23 @@ func liteTypeProblem(r Role, t string) string {
 		return fmt.Sprintf("is declared %s; the role %s needs a TEXT column", t, r)
 	}
 	return ""
+}
+
+// checkEngine refuses a MariaDB/MySQL table whose engine has no row locks
+// or transactions (MyISAM, Aria, MEMORY): claims there would not be
+// atomic, and a transactional handler's ack would not commit with its
+// writes.
+func checkEngine(ctx context.Context, b *Broker, table string) error {
+	engine, err := b.d.Engine(ctx, b.db, table)
+	if err != nil {
+		return fmt.Errorf("inbox: table %q: %w", table, err)
+	}
+	if engine == "" || strings.EqualFold(engine, "InnoDB") {
+		return nil
+	}
+	return &TableError{Table: table,
+		Problem: fmt.Sprintf("uses the %s engine, which has no row locks or transactions: claims need InnoDB", engine),
+		Fix:     fmt.Sprintf("ALTER TABLE %s ENGINE=InnoDB", b.d.Quote(table))}
 }
 
 func typeIn(t string, accepted []string) bool {

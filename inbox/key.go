@@ -74,7 +74,7 @@ func checkKeyAndPriority(ctx context.Context, b *Broker, table string, s *shape,
 		}
 		if !ok {
 			return &TableError{Table: table, Column: k, Problem: "has no unique index of its own (a key names at most one queued row, and ON CONFLICT needs the index)",
-				Fix: fmt.Sprintf("CREATE UNIQUE INDEX %s ON %s (%s)", dialect.Quote(bare(table)+"_"+k), dialect.Quote(table), dialect.Quote(k))}
+				Fix: fmt.Sprintf("CREATE UNIQUE INDEX %s ON %s (%s)", b.d.Quote(bare(table)+"_"+k), b.d.Quote(table), b.d.Quote(k))}
 		}
 	}
 	if p := s.column(RolePriority); p != "" {
@@ -85,10 +85,10 @@ func checkKeyAndPriority(ctx context.Context, b *Broker, table string, s *shape,
 		if !hasIndex(idx, want) {
 			quoted := make([]string, len(want))
 			for i, c := range want {
-				quoted[i] = dialect.Quote(c)
+				quoted[i] = b.d.Quote(c)
 			}
 			return &TableError{Table: table, Column: p, Problem: fmt.Sprintf("has no index on (%s) (claims walk rows by priority, then id)", strings.Join(want, ", ")),
-				Fix: fmt.Sprintf("CREATE INDEX %s ON %s (%s)", dialect.Quote(bare(table)+"_"+strings.Join(want, "_")), dialect.Quote(table), strings.Join(quoted, ", "))}
+				Fix: fmt.Sprintf("CREATE INDEX %s ON %s (%s)", b.d.Quote(bare(table)+"_"+strings.Join(want, "_")), b.d.Quote(table), strings.Join(quoted, ", "))}
 		}
 	}
 	return nil
@@ -103,7 +103,7 @@ func nullablePriority(ctx context.Context, b *Broker, table string, cols []diale
 		Problem: "may hold NULL, which Postgres sorts after every priority and SQLite before: declare it NOT NULL (its NULLs become 0)"}
 	fix, err := b.d.NotNullFix(ctx, b.db, table, cols, col, "0")
 	if err != nil {
-		te.Fix = fmt.Sprintf("make %s NOT NULL DEFAULT 0 (%v)", dialect.Quote(col), err)
+		te.Fix = fmt.Sprintf("make %s NOT NULL DEFAULT 0 (%v)", b.d.Quote(col), err)
 	} else {
 		te.Fix = fix
 	}
@@ -126,7 +126,7 @@ func hasIndex(idx []dialect.Index, cols []string) bool {
 // tried again.
 func publishKeyed(d *dialect.Dialect, table string, s *shape, row reflect.Value, insert dialect.Call, queryRow func(string, ...any) scanner) (int64, error) {
 	keyParam, key := keyArg(row.FieldByIndex(s.byRole[RoleKey].index))
-	byKey := d.ByKey(dialect.Quote(table), dialect.Quote(s.column(RoleID)), dialect.Quote(s.column(RoleKey))).Call([]string{key})
+	byKey := d.ByKey(d.Quote(table), d.Quote(s.column(RoleID)), d.Quote(s.column(RoleKey))).Call([]string{key})
 	for range 3 {
 		var id int64
 		err := queryRow(insert.SQL, insert.Args...).Scan(&id)

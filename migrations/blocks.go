@@ -18,7 +18,7 @@ import (
 // each other's rows. Their role needs UPDATE on it. A table whose name is
 // longer than 50 bytes is refused (the sequence's name would not fit).
 // Idempotent. On SQLite, where one claim writes at a time and claims never
-// meet, it does nothing.
+// meet, and on MariaDB and MySQL (no block claims yet), it does nothing.
 func ApplyClaimBlocks(ctx context.Context, db *sql.DB, table, idColumn string) error {
 	if err := dialect.CheckTableName(table); err != nil {
 		return fmt.Errorf("migrations: blocks.sql: %w", err)
@@ -37,6 +37,9 @@ func ApplyClaimBlocks(ctx context.Context, db *sql.DB, table, idColumn string) e
 	}
 	if !d.ConcurrentWriters() {
 		return nil // one claim writes at a time: claims never meet
+	}
+	if !d.BlockSequences() {
+		return nil // claims there run without blocks
 	}
 	return run(ctx, db, "blocks.sql", strings.NewReplacer("{{table}}", dialect.Quote(table), "{{sequence}}", seq, "{{id}}", dialect.Quote(idColumn)))
 }

@@ -15,13 +15,13 @@ import (
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
 
-//go:embed postgres/*.sql sqlite/*.sql
+//go:embed postgres/*.sql sqlite/*.sql mysql/*.sql
 var files embed.FS
 
 // Apply creates the reference inbox table (and its claim index) if it does
 // not exist, and on Postgres its block sequence (see ApplyClaimBlocks; none
 // for a table name longer than 50 bytes). table is an identifier, or
-// schema.identifier.
+// schema.identifier (database.identifier on MariaDB and MySQL).
 func Apply(ctx context.Context, db *sql.DB, table string) error {
 	if err := applyTable(ctx, db, "inbox.sql", table); err != nil {
 		return err
@@ -38,8 +38,12 @@ func applyTable(ctx context.Context, db *sql.DB, file, table string) error {
 	if err := dialect.CheckTableName(table); err != nil {
 		return fmt.Errorf("migrations: %s: %w", file, err)
 	}
+	d, err := dialect.Detect(db)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
 	bare := table[strings.LastIndex(table, ".")+1:]
-	return run(ctx, db, file, strings.NewReplacer("{{table}}", dialect.Quote(table), "{{name}}", bare))
+	return runAs(ctx, db, d, file, strings.NewReplacer("{{table}}", d.Quote(table), "{{name}}", bare))
 }
 
 // run executes one embedded file of the pool's dialect, statement by
@@ -49,6 +53,14 @@ func run(ctx context.Context, db *sql.DB, file string, vars *strings.Replacer) e
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
+	return runAs(ctx, db, d, file, vars)
+}
+
+// runAs is run on a pool of dialect d. On MariaDB and MySQL each DDL
+// statement commits by itself, and CREATE TABLE IF NOT EXISTS is safe
+// against a concurrent create there (it waits on the table's metadata
+// lock), so the transaction orders nothing but is harmless.
+func runAs(ctx context.Context, db *sql.DB, d *dialect.Dialect, file string, vars *strings.Replacer) error {
 	text, err := files.ReadFile(d.String() + "/" + file)
 	if err != nil {
 		return fmt.Errorf("migrations: %s has no %s migration: %w", d, file, err)

@@ -35,7 +35,10 @@ type Querier interface {
 func (d *Dialect) Columns(ctx context.Context, db Querier, table string) ([]Column, error) {
 	var rows *sql.Rows
 	var err error
-	if d.Kind == Postgres {
+	switch d.Kind {
+	case MySQL:
+		return mysqlColumns(ctx, db, table)
+	case Postgres:
 		rows, err = db.QueryContext(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod),
 	COALESCE(a.attnum = ANY(i.indkey), false), a.attnotnull, COALESCE(pg_get_expr(ad.adbin, ad.adrelid), '')
 FROM pg_attribute a
@@ -43,7 +46,7 @@ LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
 LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum`, Quote(table))
-	} else {
+	default:
 		schema, name := splitSchema(table)
 		rows, err = db.QueryContext(ctx, `SELECT name, type, pk > 0, "notnull" <> 0, COALESCE(dflt_value, '') FROM pragma_table_info(?1, ?2) ORDER BY cid`, name, schema)
 	}
@@ -139,6 +142,9 @@ func BlockSequenceName(table string) string {
 // an INTEGER PRIMARY KEY is the rowid itself and is reported as an index.
 func (d *Dialect) Indexes(ctx context.Context, db Querier, table string) ([]Index, error) {
 	var out []Index
+	if d.Kind == MySQL {
+		return mysqlIndexes(ctx, db, table)
+	}
 	if d.Kind == Postgres {
 		rows, err := db.QueryContext(ctx, `SELECT c.relname, string_agg(a.attname, ',' ORDER BY k.ord)
 FROM pg_index i

@@ -102,6 +102,11 @@ func (d *Dialect) Refused(err error) *Refusal {
 // engine as a trait.
 func (d *Dialect) ConcurrentWriters() bool { return d.Kind != SQLite }
 
+// BlockSequences says claims may take blocks of ids from a sequence (see
+// InboxSQL.Ticket): Postgres only. MariaDB has sequences but MySQL none,
+// and neither has the block claims written yet.
+func (d *Dialect) BlockSequences() bool { return d.Kind == Postgres }
+
 // Notifies says the database has LISTEN/NOTIFY (MariaDB and MySQL have none).
 func (d *Dialect) Notifies() bool { return d.Kind == Postgres }
 

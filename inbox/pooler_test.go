@@ -194,6 +194,13 @@ func TestListenURLBehindTransactionPooling(t *testing.T) {
 		t.Fatalf("Pickup() with ListenURL = %+v", p)
 	}
 	q := poolerTable(t, sub)
+	unheard, err := inbox.Subscribe(pub, q, func(context.Context, Job) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := unheard.Stats(); st.PickupFallback != p.Fallback {
+		t.Fatalf("Stats().PickupFallback = %q, want the broker's %q", st.PickupFallback, p.Fallback)
+	}
 	got := make(chan time.Time, 1)
 	s, err := inbox.Subscribe(sub, q, func(context.Context, Job) error {
 		got <- time.Now()

@@ -208,11 +208,19 @@ func (s *Subscription) WaitIdle(ctx context.Context) error { return s.idle.Wait(
 //		Lost     int64 // rows whose lease or hold was lost while in work
 //		Released int64 // rows given back unstarted (at shutdown; a claim's spare rows also at a pause, or when one waited two thirds of its lease)
 //		Failed   int64 // settlements that failed (the row comes back after its lease)
+//		// PickupFallback says why rows other processes write wait for the poll
+//		// although notifications were asked for (Broker.Pickup); "" when not.
+//		PickupFallback string
 //	}
 type Stats = inboxtype.Stats
 
-// Stats returns the subscription's counters.
-func (s *Subscription) Stats() Stats { return s.stats.Read() }
+// Stats returns the subscription's counters, and its broker's pickup
+// fallback.
+func (s *Subscription) Stats() Stats {
+	st := s.stats.Read()
+	st.PickupFallback = s.b.pickup.Fallback
+	return st
+}
 
 // Subscribe makes a subscription of handler h to queue q. It checks what it
 // can without the database (the options, and that the form serves the

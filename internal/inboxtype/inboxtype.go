@@ -67,4 +67,7 @@ type Stats struct {
 	Lost     int64 // rows whose lease or hold was lost while in work
 	Released int64 // rows given back unstarted (at shutdown; a claim's spare rows also at a pause, or when one waited two thirds of its lease)
 	Failed   int64 // settlements that failed (the row comes back after its lease)
+	// PickupFallback says why rows other processes write wait for the poll
+	// although notifications were asked for (Broker.Pickup); "" when not.
+	PickupFallback string
 }

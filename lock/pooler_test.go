@@ -29,10 +29,7 @@ func pgbouncerBackend(env string) backend {
 		u := testdb.PgBouncer(t, env)
 		prefix := unique() + "/"
 		store := func(t testing.TB, migrate bool) lock.Store {
-			if env != testdb.PgBouncerTxEnv {
-				return prefixed{openSQL(t, u, migrate), prefix}
-			}
-			return prefixed{openListened(t, u, migrate), prefix}
+			return prefixed{openPooled(t, u, migrate, env == testdb.PgBouncerTxEnv), prefix}
 		}
 		first := store(t, true)
 		return func(t testing.TB) lock.Store {
@@ -46,9 +43,39 @@ func pgbouncerBackend(env string) backend {
 	}}
 }
 
-// openListened opens a store on u that hears releases on a direct
-// connection to POSTGRES_TEST_URL (the database the pooler's aliases name).
-func openListened(t testing.TB, u string, migrate bool) *lock.SQL {
+// openPooled opens a store on u with a pool of 4 connections (the pooler's
+// server connections are few) that, when listened, hears releases on a
+// direct connection to POSTGRES_TEST_URL (the database the pooler's aliases
+// name).
+func openPooled(t testing.TB, u string, migrate, listened bool) *lock.SQL {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	db, _, err := dialect.Open(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(4)
+	t.Cleanup(func() { db.Close() })
+	if migrate {
+		if err := migrations.ApplyLocks(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := []lock.SQLOption{lock.SweepEvery(100 * time.Millisecond)}
+	if listened {
+		opts = append(opts, directListener(t))
+	}
+	s, err := lock.NewSQL(ctx, db, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// directListener runs a listener on a direct connection until cleanup.
+func directListener(t testing.TB) lock.SQLOption {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	base := os.Getenv(testdb.PostgresEnv)
@@ -65,27 +92,12 @@ func openListened(t testing.TB, u string, migrate bool) *lock.SQL {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = l.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done; direct.Close() })
-	db, _, err := dialect.Open(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if migrate {
-		if err := migrations.ApplyLocks(ctx, db); err != nil {
-			t.Fatal(err)
-		}
-	}
 	select {
 	case <-l.Listening(dialect.LockChannel):
 	case <-time.After(30 * time.Second):
 		t.Fatal("the direct listener did not listen within 30s")
 	}
-	s, err := lock.NewSQL(ctx, db, lock.SweepEvery(100*time.Millisecond), lock.SQLListener(l, hub))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return lock.SQLListener(l, hub)
 }
 
 // prefixed keeps a test's locks apart from those of the same names that
@@ -133,7 +145,9 @@ func TestPgBouncer(t *testing.T) {
 			b := pgbouncerBackend(mode.env)
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
-					t.Parallel()
+					if mode.name == "transaction" {
+						t.Parallel() // session mode: one at a time, its server connections are few
+					}
 					tc.fn(t, b.open(t))
 				})
 			}

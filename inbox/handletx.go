@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
 
 // TxHandler handles one row inside a transaction on the broker's pool (in
@@ -113,12 +114,16 @@ func handleTx(ctx context.Context, b *Broker, j *claim.Job, h func(context.Conte
 	return nil
 }
 
+// handlerSavepoint is where a held row's transaction stood before its
+// handler ran.
+const handlerSavepoint = "inbox_handler"
+
 // handleHeldTx runs h in the transaction that holds the row (row-lock
 // form): its writes commit with the ack the engine makes next; on an
 // error or a panic they are rolled back to a savepoint, and the retry the
 // engine makes next commits alone.
 func handleHeldTx(ctx context.Context, tx *sql.Tx, h func(context.Context, *sql.Tx) error) (err error) {
-	if _, err := tx.ExecContext(ctx, "SAVEPOINT inbox_handler"); err != nil {
+	if _, err := tx.ExecContext(ctx, dialect.Savepoint(handlerSavepoint)); err != nil {
 		return fmt.Errorf("inbox: savepoint before the handler: %w", err)
 	}
 	ok := false
@@ -126,7 +131,7 @@ func handleHeldTx(ctx context.Context, tx *sql.Tx, h func(context.Context, *sql.
 		if !ok {
 			// A panic or an error: undo the handler's writes. The row's
 			// settlement is made next in the same transaction.
-			if _, rerr := tx.ExecContext(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT inbox_handler"); rerr != nil && err != nil {
+			if _, rerr := tx.ExecContext(context.WithoutCancel(ctx), dialect.RollbackTo(handlerSavepoint)); rerr != nil && err != nil {
 				err = fmt.Errorf("%w (and rolling its writes back failed: %v)", err, rerr)
 			}
 		}

@@ -49,27 +49,6 @@ func wakeDir(path string) string {
 	return filepath.Join(os.TempDir(), "sqlinbox-locks-"+hex.EncodeToString(sum[:8]))
 }
 
-// sqliteFile answers the file of the pool's main database, "" for an
-// in-memory one.
-func sqliteFile(ctx context.Context, db *sql.DB) (string, error) {
-	rows, err := db.QueryContext(ctx, "PRAGMA database_list")
-	if err != nil {
-		return "", err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var seq int
-		var name, file string
-		if err := rows.Scan(&seq, &name, &file); err != nil {
-			return "", err
-		}
-		if name == "main" {
-			return file, rows.Err()
-		}
-	}
-	return "", rows.Err()
-}
-
 // listenFileWakes binds this store's socket beside the others of path and
 // carries the wakes it receives into hub until close.
 func listenFileWakes(path string, hub *notify.Hub, log *slog.Logger) (*fileWakes, error) {
@@ -145,7 +124,7 @@ func (w *fileWakes) close() {
 // a file; nil for an in-memory database or where Unix sockets fail (the
 // store's waiters then find a freed place at their retry delay).
 func startFileWakes(ctx context.Context, db *sql.DB, hub *notify.Hub, log *slog.Logger) *fileWakes {
-	path, err := sqliteFile(ctx, db)
+	path, err := dialect.SQLiteFile(ctx, db)
 	if err != nil || path == "" {
 		return nil
 	}

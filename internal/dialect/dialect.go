@@ -131,9 +131,7 @@ func CheckSQLitePool(ctx context.Context, db *sql.DB) error {
 	if ms > 0 {
 		return nil
 	}
-	var seq int
-	var name, file string
-	_ = db.QueryRowContext(ctx, "SELECT seq, name, file FROM pragma_database_list WHERE name = 'main'").Scan(&seq, &name, &file)
+	file, _ := SQLiteFile(ctx, db)
 	if file == "" {
 		file = "/path/to/app.db"
 	}
@@ -141,6 +139,17 @@ func CheckSQLitePool(ctx context.Context, db *sql.DB) error {
 		"Open it with inbox.OpenDB(%q), which sets a busy timeout, WAL and immediate write transactions; "+
 		"or with sql.Open(\"sqlite\", %q)",
 		"sqlite://"+file, SQLiteFileDSN(file))
+}
+
+// SQLiteFile answers the file of a SQLite pool's main database, "" for one
+// in memory.
+func SQLiteFile(ctx context.Context, db *sql.DB) (string, error) {
+	var file string
+	err := db.QueryRowContext(ctx, "SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&file)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return file, err
 }
 
 // SQLiteFileDSN is the modernc.org/sqlite DSN of a file with the settings
@@ -295,3 +304,11 @@ func quoteWith(name, q string) string {
 	}
 	return strings.Join(parts, ".")
 }
+
+// Savepoint marks a point inside a transaction that RollbackTo undoes the
+// writes after; name is a constant identifier. Every engine writes both
+// alike.
+func Savepoint(name string) string { return "SAVEPOINT " + name }
+
+// RollbackTo undoes a transaction's writes after Savepoint(name).
+func RollbackTo(name string) string { return "ROLLBACK TO SAVEPOINT " + name }

@@ -74,7 +74,7 @@ func checkKeyAndPriority(ctx context.Context, b *Broker, table string, s *shape,
 		}
 		if !ok {
 			return &TableError{Table: table, Column: k, Problem: "has no unique index of its own (a key names at most one queued row, and ON CONFLICT needs the index)",
-				Fix: fmt.Sprintf("CREATE UNIQUE INDEX %s ON %s (%s)", b.d.Quote(bare(table)+"_"+k), b.d.Quote(table), b.d.Quote(k))}
+				Fix: b.d.CreateIndex(table, []string{k}, true, "")}
 		}
 	}
 	if p := s.column(RolePriority); p != "" {
@@ -83,12 +83,8 @@ func checkKeyAndPriority(ctx context.Context, b *Broker, table string, s *shape,
 			want = append([]string{s.column(RoleGroup)}, want...)
 		}
 		if !hasIndex(idx, want) {
-			quoted := make([]string, len(want))
-			for i, c := range want {
-				quoted[i] = b.d.Quote(c)
-			}
 			return &TableError{Table: table, Column: p, Problem: fmt.Sprintf("has no index on (%s) (claims walk rows by priority, then id)", strings.Join(want, ", ")),
-				Fix: fmt.Sprintf("CREATE INDEX %s ON %s (%s)", b.d.Quote(bare(table)+"_"+strings.Join(want, "_")), b.d.Quote(table), strings.Join(quoted, ", "))}
+				Fix: b.d.CreateIndex(table, want, false, "")}
 		}
 	}
 	return nil

@@ -73,8 +73,8 @@ func newSettling(t *testing.T, s suite) *settling {
 		}
 	}
 	st.tbl = claim.Table{
-		Table: dialect.Table{Name: dialect.Quote(st.f.table), ID: `"id"`, LockedUntil: `"locked_until"`,
-			Attempts: `"attempts"`, LastError: `"last_error"`},
+		Table: dialect.Table{Name: d.Quote(st.f.table), ID: d.Quote("id"), LockedUntil: d.Quote("locked_until"),
+			Attempts: d.Quote("attempts"), LastError: d.Quote("last_error")},
 		Unquoted: st.f.table,
 		Times:    dialect.Times{Kind: d.Kind, Encoding: dialect.EncodingFor(d.Kind, declared)},
 		New:      func(dest []any) (any, []any) { return nil, dest },
@@ -99,7 +99,7 @@ func (st *settling) claimer(t *testing.T) claim.Claimer {
 // one inserts a row and claims it; the table holds no other available row.
 func (st *settling) one(t *testing.T) (claim.Claimer, *claim.Job) {
 	t.Helper()
-	if _, err := st.f.db.Exec("DELETE FROM " + dialect.Quote(st.f.table)); err != nil {
+	if _, err := st.f.db.Exec("DELETE FROM " + st.d.Quote(st.f.table)); err != nil {
 		t.Fatal(err)
 	}
 	id := st.f.insert(t, 1)[0]
@@ -120,7 +120,7 @@ func (st *settling) one(t *testing.T) (claim.Claimer, *claim.Job) {
 // row reads a row's attempts and last error; ok is false when it is gone.
 func (st *settling) row(t *testing.T, id int64) (attempts int, lastErr sql.NullString, ok bool) {
 	t.Helper()
-	err := st.f.db.QueryRow(st.q("SELECT attempts, last_error FROM "+dialect.Quote(st.f.table)+" WHERE id = $1"), id).Scan(&attempts, &lastErr)
+	err := st.f.db.QueryRow(st.q("SELECT attempts, last_error FROM "+st.d.Quote(st.f.table)+" WHERE id = $1"), id).Scan(&attempts, &lastErr)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, lastErr, false
 	}

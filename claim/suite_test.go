@@ -36,13 +36,14 @@ type Job struct {
 const (
 	sqlite   = "sqlite"
 	postgres = "postgres"
+	mysql    = "mysql"
 )
 
 // The forms and the databases each serves: every case below runs on each.
 // "lease without blocks" is the lease form on a Postgres table whose block
 // sequence (migrations.ApplyClaimBlocks) was dropped.
 var forms = []formCase{
-	{lease.Form, []string{sqlite, postgres}, false},
+	{lease.Form, []string{sqlite, postgres, mysql}, false},
 	{lease.Form, []string{postgres}, true},
 	{rowlock.Form, []string{postgres}, false},
 	{advisory.Form, []string{postgres}, false},
@@ -94,6 +95,7 @@ type suite struct {
 // the advisory lock class of one test is not another's), and a pool of the
 // test's own, as a producer has.
 type fixture struct {
+	d     *dialect.Dialect
 	url   string
 	table string
 	db    *sql.DB
@@ -103,12 +105,16 @@ type fixture struct {
 func (s suite) setup(t *testing.T) *fixture {
 	t.Helper()
 	f := &fixture{table: "jobs_" + random()}
-	if s.kind == sqlite {
+	switch s.kind {
+	case sqlite:
 		f.url = inboxtest.SQLite(t)
-	} else {
+	case mysql:
+		f.url = inboxtest.MySQL(t)
+	default:
 		f.url = inboxtest.Postgres(t)
 	}
 	f.db = inboxtest.Open(t, f.url)
+	f.d = dialect.Of(map[string]dialect.Kind{sqlite: dialect.SQLite, postgres: dialect.Postgres, mysql: dialect.MySQL}[s.kind])
 	f.db.SetMaxOpenConns(2)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -151,7 +157,7 @@ func (f *fixture) insert(t *testing.T, n int) []int64 {
 	}
 	defer tx.Rollback()
 	ids := make([]int64, 0, n)
-	q := fmt.Sprintf("INSERT INTO %s (payload) VALUES ('p') RETURNING id", dialect.Quote(f.table))
+	q := fmt.Sprintf("INSERT INTO %s (payload) VALUES ('p') RETURNING id", f.d.Quote(f.table))
 	for range n {
 		var id int64
 		if err := tx.QueryRow(q).Scan(&id); err != nil {
@@ -168,7 +174,7 @@ func (f *fixture) insert(t *testing.T, n int) []int64 {
 func (f *fixture) count(t *testing.T) int {
 	t.Helper()
 	var n int
-	if err := f.db.QueryRow("SELECT count(*) FROM " + dialect.Quote(f.table)).Scan(&n); err != nil {
+	if err := f.db.QueryRow("SELECT count(*) FROM " + f.d.Quote(f.table)).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -468,7 +474,7 @@ func (s suite) delayedRows(t *testing.T) {
 		arg = at.Format(dialect.TextLayout)
 	}
 	var delayed int64
-	q := fmt.Sprintf("INSERT INTO %s (payload, locked_until) VALUES ('later', $1) RETURNING id", dialect.Quote(f.table))
+	q := f.d.Rebind(fmt.Sprintf("INSERT INTO %s (payload, locked_until) VALUES ('later', $1) RETURNING id", f.d.Quote(f.table)))
 	if err := f.db.QueryRow(q, arg).Scan(&delayed); err != nil {
 		t.Fatal(err)
 	}

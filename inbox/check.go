@@ -115,7 +115,7 @@ func checkTable(ctx context.Context, b *Broker, table string, s *shape, grouped 
 	}
 	scanned := s.scanned()
 	for _, f := range scanned {
-		t.Columns = append(t.Columns, claimColumn(f))
+		t.Columns = append(t.Columns, claimColumn(d, f))
 	}
 	typ := s.typ
 	t.New = func(dest []any) (any, []any) {

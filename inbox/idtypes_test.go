@@ -41,6 +41,27 @@ func TestEveryIDTypeInEveryForm(t *testing.T) {
 			}
 		}
 	})
+	myIDs := map[string]string{
+		"smallint":           "SMALLINT PRIMARY KEY",
+		"int":                "INT PRIMARY KEY",
+		"bigint":             "BIGINT PRIMARY KEY",
+		"mediumint":          "MEDIUMINT PRIMARY KEY",
+		"int_unsigned":       "INT UNSIGNED PRIMARY KEY",
+		"smallint_auto":      "SMALLINT AUTO_INCREMENT PRIMARY KEY",
+		"int_auto":           "INT AUTO_INCREMENT PRIMARY KEY",
+		"bigint_auto":        "BIGINT AUTO_INCREMENT PRIMARY KEY",
+		"int_unsigned_auto":  "INT UNSIGNED AUTO_INCREMENT PRIMARY KEY",
+		"bigint_auto_unique": "BIGINT AUTO_INCREMENT UNIQUE",
+	}
+	t.Run("mysql", func(t *testing.T) {
+		t.Parallel()
+		for name, decl := range myIDs {
+			t.Run(name+"/lease", func(t *testing.T) {
+				t.Parallel()
+				idTypeWorks(t, inboxtest.MySQL(t), decl, "DATETIME(6)", lease.Form)
+			})
+		}
+	})
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
 		for name, lu := range map[string]string{"datetime": "DATETIME", "millis": "INTEGER"} {
@@ -64,7 +85,7 @@ func idTypeWorks(t *testing.T, url, idDecl, luType string, form claim.Form) {
 	}
 	// A column with no default takes the ids the producer gives it.
 	generated := strings.Contains(idDecl, "serial") ||
-		strings.Contains(idDecl, "IDENTITY") || strings.HasPrefix(idDecl, "INTEGER")
+		strings.Contains(idDecl, "IDENTITY") || strings.HasPrefix(idDecl, "INTEGER") || strings.Contains(idDecl, "AUTO_INCREMENT")
 	want := map[int64]bool{}
 	var sub *inbox.Subscription
 	ev := inboxtest.NewEvents(t)

@@ -208,7 +208,7 @@ func keyedIDs[T any](d *dialect.Dialect, table string, s *shape, rows []T, got [
 
 // lookUpKeys reads the ids of the queued rows of keys.
 func lookUpKeys(d *dialect.Dialect, table string, s *shape, keys []string, query queryFunc) (map[string]int64, error) {
-	q := d.ByKey(dialect.Quote(table), dialect.Quote(s.column(RoleID)), dialect.Quote(s.column(RoleKey))).Call(keys)
+	q := d.ByKey(d.Quote(table), d.Quote(s.column(RoleID)), d.Quote(s.column(RoleKey))).Call(keys)
 	r, err := query(q.SQL, q.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: publish many to %q: look up queued keys: %w", table, err)
@@ -227,6 +227,6 @@ func lookUpKeys(d *dialect.Dialect, table string, s *shape, keys []string, query
 }
 
 // claimColumn is what a claim reads for field f (see dialect.ClaimColumn).
-func claimColumn(f field) string {
-	return dialect.ClaimColumn(dialect.Quote(f.column), f.role == RoleKey && f.typ.Kind() == reflect.String)
+func claimColumn(d *dialect.Dialect, f field) string {
+	return dialect.ClaimColumn(d.Quote(f.column), f.role == RoleKey && f.typ.Kind() == reflect.String)
 }

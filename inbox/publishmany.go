@@ -227,7 +227,8 @@ func publishChunks[T any](d *dialect.Dialect, plan batchPlan, rows []T, fixed []
 			}
 		}
 		args := append(slices.Clip(fixed), rowValues(plan, chunk)...)
-		got, err := readIDs(query, text, args, len(chunk), plan.batch.Key != "")
+		q, args := d.Bind(text, args...)
+		got, err := readIDs(query, q, args, len(chunk), plan.batch.Key != "")
 		if err != nil {
 			return nil, err
 		}
@@ -338,13 +339,13 @@ func (b *Broker) batchPlan(ctx context.Context, catalog dialect.Querier, table s
 		}
 	}
 	p := batchPlan{times: tm, batch: dialect.Batch{
-		Table:       dialect.Quote(table),
-		LockedUntil: dialect.Quote(s.column(RoleLockedUntil)),
-		Returning:   []string{dialect.Quote(s.column(RoleID))},
+		Table:       b.d.Quote(table),
+		LockedUntil: b.d.Quote(s.column(RoleLockedUntil)),
+		Returning:   []string{b.d.Quote(s.column(RoleID))},
 		Notify:      b.notifies,
 	}}
 	if k := s.column(RoleKey); k != "" {
-		p.batch.Key = dialect.Quote(k)
+		p.batch.Key = b.d.Quote(k)
 		p.batch.Returning = append(p.batch.Returning, p.batch.Key)
 	}
 	for _, f := range insertColumns(s) {
@@ -353,11 +354,11 @@ func (b *Broker) batchPlan(ctx context.Context, catalog dialect.Querier, table s
 				Fix: fmt.Sprintf("migrations.Apply(ctx, db, %q), or add the column", table)}
 		}
 		if f.role == RoleGroup && grouped {
-			p.batch.Group, p.batch.GroupType = dialect.Quote(f.column), types[f.column]
+			p.batch.Group, p.batch.GroupType = b.d.Quote(f.column), types[f.column]
 			continue
 		}
 		p.fields = append(p.fields, f)
-		p.batch.Columns = append(p.batch.Columns, dialect.Quote(f.column))
+		p.batch.Columns = append(p.batch.Columns, b.d.Quote(f.column))
 		p.batch.Types = append(p.batch.Types, types[f.column])
 	}
 	b.batches.Store(key, p)

@@ -321,14 +321,14 @@ func (b *Broker) insertSQL(table string, s *shape, tm dialect.Times) (dialect.Pu
 		fields := insertColumns(s)
 		cols := make([]string, len(fields))
 		for i, f := range fields {
-			cols[i] = dialect.Quote(f.column)
+			cols[i] = b.d.Quote(f.column)
 		}
 		ins = insert{fields: fields, stmt: b.d.Publish(dialect.Insert{
-			Table:       dialect.Quote(table),
+			Table:       b.d.Quote(table),
 			Columns:     cols,
-			LockedUntil: dialect.Quote(s.column(RoleLockedUntil)),
-			ID:          dialect.Quote(s.column(RoleID)),
-			Key:         quoteOpt(s.column(RoleKey)),
+			LockedUntil: b.d.Quote(s.column(RoleLockedUntil)),
+			ID:          b.d.Quote(s.column(RoleID)),
+			Key:         quoteOpt(b.d, s.column(RoleKey)),
 			Notify:      b.notifies,
 		}, tm)}
 		b.inserts[key] = ins
@@ -342,11 +342,11 @@ type insert struct {
 }
 
 // quoteOpt quotes an optional column, "" staying "".
-func quoteOpt(col string) string {
+func quoteOpt(d *dialect.Dialect, col string) string {
 	if col == "" {
 		return ""
 	}
-	return dialect.Quote(col)
+	return d.Quote(col)
 }
 
 func insertColumns(s *shape) []field {

@@ -97,11 +97,70 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 // run sends one claim statement and reads the rows it took.
 func (c *claimer) run(ctx context.Context, max int, q dialect.Call) ([]*claim.Job, error) {
 	e := &c.env
+	if e.SQL.ClaimThen.SQL() != "" {
+		return c.runThen(ctx, max, q)
+	}
 	rows, err := e.Stmts.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim from %q: %w", e.Table.Unquoted, err)
 	}
 	defer rows.Close()
+	return c.scan(rows, max)
+}
+
+// runThen claims where the database has no UPDATE ... RETURNING (MySQL):
+// the claim's select locks the rows and reads them as the claim leaves
+// them, and ClaimThen writes the lease into them, in one READ COMMITTED
+// transaction (see dialect.ClaimThenSQL).
+func (c *claimer) runThen(ctx context.Context, max int, q dialect.Call) ([]*claim.Job, error) {
+	// A claim that met a deadlock wrote nothing: it is run again, a few
+	// times, before it is reported.
+	for try := 1; ; try++ {
+		jobs, err := c.claimTx(ctx, max, q)
+		if err == nil || try == conflictTries || !c.env.Dialect.Conflict(err) {
+			return jobs, err
+		}
+	}
+}
+
+// conflictTries is how many times a claim that met a deadlock is run.
+const conflictTries = 3
+
+// claimTx is one transaction of runThen.
+func (c *claimer) claimTx(ctx context.Context, max int, q dialect.Call) ([]*claim.Job, error) {
+	e := &c.env
+	fail := func(err error) error { return fmt.Errorf("claim from %q: %w", e.Table.Unquoted, err) }
+	tx, err := e.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return nil, fail(err)
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, q.SQL, q.Args...)
+	if err != nil {
+		return nil, fail(err)
+	}
+	jobs, err := c.scan(rows, max)
+	rows.Close()
+	if err != nil || len(jobs) == 0 {
+		return nil, err
+	}
+	ids := make([]int64, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	then := e.SQL.ClaimThen.Call(jobs[0].Lease, ids)
+	if _, err := tx.ExecContext(ctx, then.SQL, then.Args...); err != nil {
+		return nil, fail(err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fail(err)
+	}
+	return jobs, nil
+}
+
+// scan reads the rows a claim took.
+func (c *claimer) scan(rows *sql.Rows, max int) ([]*claim.Job, error) {
+	e := &c.env
 	jobs := make([]*claim.Job, 0, max)
 	scan := claim.NewScanner(e.Table, max)
 	settlers := make([]settler, 0, max) // one slab a claim
@@ -226,7 +285,7 @@ func (s *settler) Extend(ctx context.Context, lease time.Duration) error {
 	if inTx {
 		return nil // the handler's transaction is deleting the row
 	}
-	raw, err := queryOne(ctx, e, e.SQL.Extend.Call(s.id, fence, e.Clock.Now(), lease))
+	raw, err := extend(ctx, e, s.id, e.SQL.Extend.Call(s.id, fence, e.Clock.Now(), lease))
 	if err == sql.ErrNoRows {
 		return fmt.Errorf("extend row %d of %q: %w", s.id, e.Table.Unquoted, claim.ErrLost)
 	}
@@ -241,6 +300,24 @@ func (s *settler) Extend(ctx context.Context, lease time.Duration) error {
 	s.lease = at
 	s.mu.Unlock()
 	return nil
+}
+
+// extend runs an extension and returns the lease it wrote, or
+// sql.ErrNoRows when the row's lease was not the one it was fenced on.
+// Where the statement returns nothing (MySQL) the lease is read back once
+// the row changed: only its holder moves it meanwhile.
+func extend(ctx context.Context, e *claim.Env, id int64, q dialect.Call) (any, error) {
+	if e.SQL.Extend.Returns() {
+		return queryOne(ctx, e, q)
+	}
+	res, err := e.Stmts.ExecContext(ctx, q.SQL, q.Args...)
+	if err != nil {
+		return nil, err
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 0 {
+		return nil, sql.ErrNoRows
+	}
+	return queryOne(ctx, e, e.SQL.Extend.Read(id))
 }
 
 // queryOne returns the one column of the first row query returns, or

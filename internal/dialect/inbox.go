@@ -35,6 +35,11 @@ type InboxSQL struct {
 	// ClaimLease claims rows and counts their attempt (attempts + 1, where
 	// the column exists). Returns id, locked_until, attempts, Columns...
 	ClaimLease ClaimLeaseSQL
+	// ClaimThen, where the claim is two statements (MySQL: see
+	// mysqlinbox.go), writes the lease and attempt into the rows
+	// ClaimLease's select locked, in the same transaction; its SQL is ""
+	// where ClaimLease claims alone.
+	ClaimThen ClaimThenSQL
 	// ClaimHold is the row-lock form's first step where the table counts
 	// attempts: ClaimLease for one row, committed on its own so that the
 	// attempt is counted even when the holder dies; the lease it writes
@@ -164,6 +169,9 @@ func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 		s.ClaimBlock, s.Ticket = w.claimBlock(), w.ticket()
 		s.Floor = w.floor()
 		s.Unlock, s.UnlockAll = w.unlock(), w.unlockAll()
+	}
+	if d.Kind == MySQL {
+		w.mysqlClaims(&s)
 	}
 	return s
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 )
 
 // UniqueOn reports whether table has a unique index (or unique constraint,
@@ -12,7 +13,12 @@ import (
 func (d *Dialect) UniqueOn(ctx context.Context, db Querier, table, col string) (bool, error) {
 	var q string
 	var args []any
-	if d.Kind == Postgres {
+	if d.Kind == MySQL {
+		where, a := mysqlSchema(table)
+		q = `SELECT count(*) FROM information_schema.statistics s WHERE ` + where + ` AND non_unique = 0 AND column_name = ? AND sub_part IS NULL
+AND (SELECT count(*) FROM information_schema.statistics o WHERE o.table_schema = s.table_schema AND o.table_name = s.table_name AND o.index_name = s.index_name) = 1`
+		args = append(a, col)
+	} else if d.Kind == Postgres {
 		q = `SELECT count(*) FROM pg_index i
 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
 WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indpred IS NULL AND i.indnkeyatts = 1 AND a.attname = $2`
@@ -45,6 +51,15 @@ type ByKeySQL struct{ text }
 // Call reads the rows of keys (bound as a text[] on Postgres, a JSON array
 // on SQLite).
 func (s ByKeySQL) Call(keys []string) Call {
+	if s.kind == MySQL {
+		// One placeholder a key, written at the call: the keys are few
+		// (a batch's duplicates).
+		args := make([]any, len(keys))
+		for i, k := range keys {
+			args[i] = k
+		}
+		return Call{SQL: s.sql + "(" + strings.TrimSuffix(strings.Repeat("?,", len(keys)), ",") + ")", Args: args}
+	}
 	if s.kind == SQLite {
 		b, _ := json.Marshal(keys) // strings always marshal
 		return s.call(string(b))
@@ -54,6 +69,9 @@ func (s ByKeySQL) Call(keys []string) Call {
 
 // ByKey writes ByKeySQL for table's id and key columns.
 func (d *Dialect) ByKey(table, id, key string) ByKeySQL {
+	if d.Kind == MySQL {
+		return ByKeySQL{text{kind: d.Kind, sql: fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s IN ", id, key, table, key)}}
+	}
 	if d.Kind == Postgres {
 		return ByKeySQL{text{kind: d.Kind, sql: fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s = ANY($1::text[])", id, key, table, key)}}
 	}

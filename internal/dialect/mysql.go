@@ -255,3 +255,11 @@ func mysqlRefused(err error) *Refusal {
 	}
 	return nil
 }
+
+// Conflict says err is a transaction the database rolled back for a
+// conflict with another (MySQL's deadlock 1213 or lock wait timeout 1205):
+// nothing of it was written, and it may be run again at once.
+func (d *Dialect) Conflict(err error) bool {
+	var me *mysql.MySQLError
+	return d.Kind == MySQL && errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+}

@@ -24,13 +24,26 @@ func (d *Dialect) publishTime(tm Times, n int) string {
 	return fmt.Sprintf("CASE WHEN $%d IS NOT NULL THEN $%d WHEN $%d IS NULL THEN NULL ELSE %s END", n+1, n+1, n, at)
 }
 
-// conflict is the ON CONFLICT clause of a table with keys (key the quoted
+// onConflict is the ON CONFLICT clause of a table with keys (key the quoted
 // key column), "" without keys: a row whose key is queued is skipped.
-func onConflict(key string) string {
-	if key == "" {
+// MySQL has none: see insertInto.
+func (d *Dialect) onConflict(key string) string {
+	if key == "" || d.Kind == MySQL {
 		return ""
 	}
 	return fmt.Sprintf(" ON CONFLICT (%s) DO NOTHING", key)
+}
+
+// insertInto begins an insert into a table with keys (key the quoted key
+// column, "" for none). MySQL skips a row whose key is queued with INSERT
+// IGNORE, which also turns other errors of the row into warnings: the
+// publish's values come from the library, typed to the table's checked
+// columns. Its RETURNING is MariaDB's (10.5+), not MySQL 8's.
+func (d *Dialect) insertInto(key string) string {
+	if key != "" && d.Kind == MySQL {
+		return "INSERT IGNORE INTO"
+	}
+	return "INSERT INTO"
 }
 
 // withNotify wraps an insert so that it also runs pg_notify(channel,
@@ -86,8 +99,8 @@ func (d *Dialect) Publish(in Insert, tm Times) PublishSQL {
 	n := len(in.Columns) + 1
 	params = append(params, d.publishTime(tm, n))
 	cols := append(slices.Clip(in.Columns), in.LockedUntil)
-	q := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s)%s RETURNING %s",
-		in.Table, strings.Join(cols, ", "), strings.Join(params, ", "), onConflict(in.Key), in.ID)
+	q := fmt.Sprintf("%s %s (%s) VALUES (%s)%s RETURNING %s",
+		d.insertInto(in.Key), in.Table, strings.Join(cols, ", "), strings.Join(params, ", "), d.onConflict(in.Key), in.ID)
 	if in.Notify {
 		if tm.InDatabase {
 			n++
@@ -152,8 +165,10 @@ func (b Batch) fixed(tm Times) (timeN, notifyN, groupN, first int) {
 // PublishMany is the statement that writes a batch. On Postgres it writes
 // every row from one array per column, one statement however many rows
 // (unnest ... WITH ORDINALITY, inserted in the rows' order, so generated ids
-// rise with it); on SQLite it writes rows rows from a VALUES list, the
-// parameters of a row numbered after those of the row before.
+// rise with it); on SQLite and MySQL it writes rows rows from a VALUES
+// list, the parameters of a row numbered after those of the row before
+// (on MySQL put in text order by Dialect.Bind). A multi-row INSERT's
+// auto-increment ids rise in the rows' order on InnoDB.
 func (d *Dialect) PublishMany(b Batch, tm Times, rows int) string {
 	timeN, notifyN, groupN, first := b.fixed(tm)
 	cols := strings.Join(b.Columns, ", ")
@@ -162,14 +177,19 @@ func (d *Dialect) PublishMany(b Batch, tm Times, rows int) string {
 	}
 	cols += ", " + b.LockedUntil
 	at := d.publishTime(tm, timeN)
-	conflict := onConflict(b.Key)
+	conflict := d.onConflict(b.Key)
 	returning := strings.Join(b.Returning, ", ")
 	if d.Kind == Postgres {
 		return d.publishManyPostgres(b, at, conflict, returning, cols, notifyN, groupN, first)
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "INSERT INTO %s (%s) VALUES ", b.Table, cols)
-	at = d.Rebind(at)
+	fmt.Fprintf(&sb, "%s %s (%s) VALUES ", d.insertInto(b.Key), b.Table, cols)
+	// SQLite numbers its parameters (?n); on MySQL the text keeps $n, and
+	// the caller puts the arguments in text order (Dialect.Bind).
+	mark := "$"
+	if d.Kind == SQLite {
+		at, mark = d.Rebind(at), "?"
+	}
 	n := first
 	for r := range rows {
 		if r > 0 {
@@ -177,11 +197,11 @@ func (d *Dialect) PublishMany(b Batch, tm Times, rows int) string {
 		}
 		sb.WriteByte('(')
 		for range b.Columns {
-			fmt.Fprintf(&sb, "?%d, ", n)
+			fmt.Fprintf(&sb, "%s%d, ", mark, n)
 			n++
 		}
 		if b.Group != "" {
-			fmt.Fprintf(&sb, "?%d, ", groupN)
+			fmt.Fprintf(&sb, "%s%d, ", mark, groupN)
 		}
 		sb.WriteString(at)
 		sb.WriteByte(')')

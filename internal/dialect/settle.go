@@ -46,7 +46,10 @@ type Fenced struct {
 
 // AckManySQL deletes claimed rows fenced on their leases (see
 // InboxSQL.AckMany).
-type AckManySQL struct{ text }
+type AckManySQL struct {
+	text
+	mysql string // MySQL: what follows the (id, lease) pairs
+}
 
 // Postgres: $1 the ids, $2 the leases in microseconds since the epoch, as
 // array literals. SQLite: $1 a JSON array of [id, lease] pairs, each looked
@@ -55,15 +58,18 @@ func (w inboxTable) ackMany() AckManySQL {
 	t := w.t
 	if w.d.Kind == Postgres {
 		// A lease in microseconds is exact: the product is below 2^53.
-		return AckManySQL{w.text(fmt.Sprintf("DELETE FROM %s AS t USING unnest($1::bigint[], $2::bigint[]) AS a(id, lease) WHERE t.%s = a.id AND t.%s = timestamptz 'epoch' + a.lease * interval '1 microsecond' RETURNING t.%s",
+		return AckManySQL{text: w.text(fmt.Sprintf("DELETE FROM %s AS t USING unnest($1::bigint[], $2::bigint[]) AS a(id, lease) WHERE t.%s = a.id AND t.%s = timestamptz 'epoch' + a.lease * interval '1 microsecond' RETURNING t.%s",
 			t.Name, t.ID, t.LockedUntil, t.ID))}
 	}
-	return AckManySQL{w.text(fmt.Sprintf("DELETE FROM %s WHERE %s IN (SELECT t.%s FROM json_each($1) AS a JOIN %s AS t ON t.%s = json_extract(a.value, '$[0]') AND t.%s = json_extract(a.value, '$[1]')) RETURNING %s",
+	return AckManySQL{text: w.text(fmt.Sprintf("DELETE FROM %s WHERE %s IN (SELECT t.%s FROM json_each($1) AS a JOIN %s AS t ON t.%s = json_extract(a.value, '$[0]') AND t.%s = json_extract(a.value, '$[1]')) RETURNING %s",
 		t.Name, t.ID, t.ID, t.Name, t.ID, t.LockedUntil, t.ID))}
 }
 
 // Call deletes each row whose lease is still the one given.
 func (s AckManySQL) Call(rows []Fenced) (Call, error) {
+	if s.kind == MySQL {
+		return s.mysqlCall(rows), nil
+	}
 	if s.kind == Postgres {
 		// Two array literals, written here in one buffer each, where the
 		// driver's arrays of int64 and time.Time take an allocation or
@@ -148,11 +154,14 @@ func (s SnoozeSQL) Call(id int64, lease, now time.Time, delay time.Duration) Cal
 }
 
 // ExtendSQL moves a lease, fenced. It returns locked_until.
-type ExtendSQL struct{ text }
+type ExtendSQL struct {
+	text
+	read text // MySQL: reads the lease back (see Returns)
+}
 
 // $1 the id, $2 the lease, $3 the new lease.
 func (w inboxTable) extend() ExtendSQL {
-	return ExtendSQL{w.text(fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s RETURNING %s", w.t.Name, w.t.LockedUntil, w.tm.At(3), w.fence(), w.t.LockedUntil))}
+	return ExtendSQL{text: w.text(fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s RETURNING %s", w.t.Name, w.t.LockedUntil, w.tm.At(3), w.fence(), w.t.LockedUntil))}
 }
 
 // Call moves row id's lease, if it is still lease, to now+by.

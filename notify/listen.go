@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
 
 // Listener carries Postgres notifications into a Hub: it keeps one
@@ -188,7 +190,7 @@ func (l *Listener) listenNew(ctx context.Context, pc *pgx.Conn) error {
 	}
 	l.mu.Unlock()
 	for _, ch := range todo {
-		if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+		if _, err := pc.Exec(ctx, dialect.Listen(ch)); err != nil {
 			return fmt.Errorf("notify: LISTEN %q: %w", ch, err)
 		}
 	}

@@ -1,7 +1,18 @@
 // Package dialect holds what differs between SQLite, Postgres and
-// MariaDB/MySQL: how a URL
-// opens a pool, placeholders, quoting, how a time is written and compared,
-// SKIP LOCKED, and the text of every shared statement.
+// MariaDB/MySQL: how a URL opens a pool, placeholders, quoting, how a time
+// is written and compared, SKIP LOCKED, driver facts, and the text of every
+// statement the library runs.
+//
+// Each statement is written once, beside the typed Call that gives its
+// parameters in the order its text numbers them: an inbox table's claims
+// (claims.go), settlements (settle.go), the advisory form's walk
+// (advisory.go), counts by state (states.go), publishes and keys
+// (publish.go, keys.go), operators' statements (admin.go, inspect.go), the
+// table check's types and fixes (fixes.go), and the lock, registry and
+// schedule tables (lock.go, registry.go, schedule.go). Statements are
+// written with $n placeholders and built from what an engine answers
+// (Rebind, SkipLocked, InList, Times.At, ColumnDecl...): an engine is
+// those answers, not a branch in every caller.
 package dialect
 
 import (

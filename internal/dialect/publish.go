@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // publishTime is the SQL of a published row's locked_until: parameter n is
@@ -234,3 +236,7 @@ func (d *Dialect) publishManyPostgres(b Batch, at, conflict, returning, cols str
 // MaxParams is the most parameters one SQLite statement takes
 // (SQLITE_MAX_VARIABLE_NUMBER of modernc.org/sqlite).
 const MaxParams = 32766
+
+// Listen is the statement that subscribes a Postgres session to channel,
+// quoted as an identifier whatever it holds.
+func Listen(channel string) string { return "LISTEN " + pgx.Identifier{channel}.Sanitize() }

@@ -29,20 +29,14 @@ type AdminFilter struct {
 }
 
 // where writes the WHERE clause of f (after the word) and its parameters,
-// numbered from 1 in the engine's placeholders.
+// numbered from 1 as $n (see Bind).
 func (d *Dialect) where(t AdminTable, f AdminFilter) (string, []any, error) {
 	var args []any
 	arg := func(v any) string {
 		args = append(args, v)
-		if d.Kind == SQLite {
-			return fmt.Sprintf("?%d", len(args))
-		}
 		return fmt.Sprintf("$%d", len(args))
 	}
 	conds := []string{"TRUE"}
-	if d.Kind == SQLite {
-		conds[0] = "1"
-	}
 	if f.Group != nil {
 		if t.Group == "" {
 			return "", nil, fmt.Errorf("table %s has no group column", t.Name)
@@ -51,7 +45,7 @@ func (d *Dialect) where(t AdminTable, f AdminFilter) (string, []any, error) {
 	}
 	if f.IDs != nil {
 		arg(d.ListArg(f.IDs))
-		conds = append(conds, d.Rebind(d.InList(t.ID, len(args))))
+		conds = append(conds, d.InList(t.ID, len(args)))
 	}
 	if f.After != nil {
 		conds = append(conds, t.ID+" > "+arg(*f.After))
@@ -63,9 +57,9 @@ func (d *Dialect) where(t AdminTable, f AdminFilter) (string, []any, error) {
 		if t.LastError == "" {
 			return "", nil, fmt.Errorf("table %s has no last_error column to filter on", t.Name)
 		}
-		fn := "strpos"
-		if d.Kind == SQLite {
-			fn = "instr"
+		fn := "instr"
+		if d.Kind == Postgres {
+			fn = "strpos"
 		}
 		conds = append(conds, fmt.Sprintf("%s(%s, %s) > 0", fn, t.LastError, arg(f.ErrorContains)))
 	}
@@ -120,7 +114,7 @@ func (d *Dialect) CountStates(t AdminTable, f AdminFilter) (CountStatesSQL, erro
 	if err != nil {
 		return CountStatesSQL{}, err
 	}
-	return CountStatesSQL{text{sql: d.countStates(t, where, len(args)+1), tm: t.Times, kind: d.Kind}, args}, nil
+	return CountStatesSQL{d.text(d.countStates(t, where, len(args)+1), t.Times), args}, nil
 }
 
 // countStates is CountStatesSQL's text; where's parameters come before
@@ -131,12 +125,7 @@ func (d *Dialect) countStates(t AdminTable, where string, n int) string {
 	if t.CreatedAt != "" {
 		oldest = t.CreatedAt
 	}
-	p := func(i int) string {
-		if d.Kind == SQLite {
-			return fmt.Sprintf("?%d", n+i)
-		}
-		return fmt.Sprintf("$%d", n+i)
-	}
+	p := func(i int) string { return fmt.Sprintf("$%d", n+i) }
 	now, hz, never := p(0), p(1), p(2)
 	return fmt.Sprintf(`SELECT
 	COALESCE(SUM(CASE WHEN %[1]s THEN 1 ELSE 0 END), 0),
@@ -158,7 +147,7 @@ func (d *Dialect) ScanEnd(t AdminTable, f AdminFilter, scan int) (Call, error) {
 	if err != nil {
 		return Call{}, err
 	}
-	return Call{SQL: fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT 1 OFFSET %d", t.ID, t.Name, where, t.ID, max(scan, 1)-1), Args: args}, nil
+	return d.call(fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT 1 OFFSET %d", t.ID, t.Name, where, t.ID, max(scan, 1)-1), args), nil
 }
 
 // ListRows lists the first limit rows that f selects, in id order: id,
@@ -170,7 +159,7 @@ func (d *Dialect) ListRows(t AdminTable, f AdminFilter, limit int) (Call, error)
 		return Call{}, err
 	}
 	cols := strings.Join([]string{t.ID, t.LockedUntil, or(t.Attempts, "0"), or(t.LastError, "NULL"), or(t.CreatedAt, "NULL"), t.Payload}, ", ")
-	return Call{SQL: fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT %d", cols, t.Name, where, t.ID, limit), Args: args}, nil
+	return d.call(fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT %d", cols, t.Name, where, t.ID, limit), args), nil
 }
 
 // Change is what an operator does to the rows it selects.
@@ -196,7 +185,13 @@ func (d *Dialect) ChangeRows(t AdminTable, f AdminFilter, c Change) (Call, error
 		return Call{}, err
 	}
 	if lock := d.SkipLocked(); lock != "" {
-		where = fmt.Sprintf("%s IN (SELECT %s FROM %s WHERE %s%s)", t.ID, t.ID, t.Name, where, lock)
+		inner := fmt.Sprintf("SELECT %s FROM %s WHERE %s%s", t.ID, t.Name, where, lock)
+		if d.Kind == MySQL {
+			// MariaDB and MySQL refuse a subquery on the table a statement
+			// changes, but not a derived table of it.
+			inner = fmt.Sprintf("SELECT %s FROM (%s) AS s", t.ID, inner)
+		}
+		where = fmt.Sprintf("%s IN (%s)", t.ID, inner)
 	}
 	var stmt string
 	switch c {
@@ -212,5 +207,12 @@ func (d *Dialect) ChangeRows(t AdminTable, f AdminFilter, c Change) (Call, error
 	default:
 		return Call{}, fmt.Errorf("unknown change %d", c)
 	}
-	return Call{SQL: stmt + " WHERE " + where, Args: args}, nil
+	return d.call(stmt+" WHERE "+where, args), nil
+}
+
+// call is a statement written with $n placeholders and its arguments in
+// their order, in d's placeholders and the order d takes them.
+func (d *Dialect) call(sql string, args []any) Call {
+	sql, args = d.Bind(sql, args...)
+	return Call{SQL: sql, Args: args}
 }

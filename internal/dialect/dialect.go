@@ -229,11 +229,15 @@ func (d *Dialect) SkipLocked() string {
 	return ""
 }
 
-// InList writes "col = ANY($n)" on Postgres; SQLite has no arrays, so it
-// takes a JSON array and reads it with json_each.
+// InList writes "col = ANY($n)" on Postgres; SQLite and MySQL have no
+// arrays, so they take a JSON array and read it with json_each or
+// JSON_TABLE.
 func (d *Dialect) InList(col string, n int) string {
-	if d.Kind == Postgres {
+	switch d.Kind {
+	case Postgres:
 		return fmt.Sprintf("%s = ANY($%d)", col, n)
+	case MySQL:
+		return fmt.Sprintf("%s IN (SELECT value FROM JSON_TABLE($%d, '$[*]' COLUMNS (value BIGINT PATH '$')) AS j)", col, n)
 	}
 	return fmt.Sprintf("%s IN (SELECT value FROM json_each($%d))", col, n)
 }

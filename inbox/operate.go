@@ -82,10 +82,10 @@ func (o *Operator) adminTable(ctx context.Context, ref QueueRef) (dialect.AdminT
 	if err != nil {
 		return dialect.AdminTable{}, err
 	}
-	at := dialect.AdminTable{Table: t.Table, Times: t.Times, Payload: dialect.Quote(s.column(RolePayload))}
+	at := dialect.AdminTable{Table: t.Table, Times: t.Times, Payload: o.b.d.Quote(s.column(RolePayload))}
 	at.Times.InDatabase = false
 	if c := s.column(RoleCreatedAt); c != "" {
-		at.CreatedAt = dialect.Quote(c)
+		at.CreatedAt = o.b.d.Quote(c)
 	}
 	return at, nil
 }

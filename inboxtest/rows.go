@@ -90,9 +90,9 @@ func readRows[T any](b *inbox.Broker, q inbox.Queue[T]) ([]Row, error) {
 		if roles[r] == "" {
 			return ""
 		}
-		return dialect.Quote(roles[r])
+		return d.Quote(roles[r])
 	}
-	query := d.QueueRows(dialect.Table{Name: dialect.Quote(q.Table()), ID: quote(inbox.RoleID), LockedUntil: quote(inbox.RoleLockedUntil),
+	query := d.QueueRows(dialect.Table{Name: d.Quote(q.Table()), ID: quote(inbox.RoleID), LockedUntil: quote(inbox.RoleLockedUntil),
 		Group: quote(inbox.RoleGroup), Attempts: quote(inbox.RoleAttempts), LastError: quote(inbox.RoleLastError)}).Call(q.GroupName())
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()

@@ -51,7 +51,7 @@ func PublishMany[T any](ctx context.Context, b *Broker, q Queue[T], rows []T, op
 }
 
 func publishManyDB[T any](ctx context.Context, b *Broker, q Queue[T], rows []T, opts []PublishOption) ([]int64, error) {
-	if b.d.Kind == dialect.Postgres {
+	if b.d.BatchArrays() {
 		// One statement: atomic on its own.
 		return publishMany(ctx, b, b.db, q, rows, opts, true, sqlQuery(ctx, b.db))
 	}
@@ -176,7 +176,7 @@ func publishMany[T any](ctx context.Context, b *Broker, catalog dialect.Querier,
 	}
 	var ids []returned
 	plan.traceparent = b.traceparent(ctx, q.shape)
-	if b.d.Kind == dialect.Postgres {
+	if b.d.BatchArrays() {
 		args := append(fixed, columnArrays(plan, rows)...)
 		ids, err = readIDs(query, b.d.PublishMany(plan.batch, plan.times, len(rows)), args, len(rows), plan.batch.Key != "")
 	} else {
@@ -329,7 +329,7 @@ func (b *Broker) batchPlan(ctx context.Context, catalog dialect.Querier, table s
 		return batchPlan{}, err
 	}
 	types := map[string]string{}
-	if b.d.Kind == dialect.Postgres {
+	if b.d.BatchArrays() {
 		cols, err := b.d.Columns(ctx, catalog, table)
 		if err != nil {
 			return batchPlan{}, fmt.Errorf("inbox: %w", err)
@@ -349,7 +349,7 @@ func (b *Broker) batchPlan(ctx context.Context, catalog dialect.Querier, table s
 		p.batch.Returning = append(p.batch.Returning, p.batch.Key)
 	}
 	for _, f := range insertColumns(s) {
-		if b.d.Kind == dialect.Postgres && types[f.column] == "" {
+		if b.d.BatchArrays() && types[f.column] == "" {
 			return batchPlan{}, &TableError{Table: table, Column: f.column, Problem: "is missing (or the table is)",
 				Fix: fmt.Sprintf("migrations.Apply(ctx, db, %q), or add the column", table)}
 		}

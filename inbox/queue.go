@@ -285,7 +285,7 @@ func (b *Broker) times(ctx context.Context, catalog dialect.Querier, table strin
 		return tm, nil
 	}
 	tm = dialect.Times{Kind: b.d.Kind, Encoding: dialect.EncodingFor(b.d.Kind, ""), InDatabase: clock.InDatabase(b.clock)}
-	if b.d.Kind == dialect.SQLite {
+	if b.d.EncodingDeclared() {
 		cols, err := b.d.Columns(ctx, catalog, table)
 		if err != nil {
 			return tm, fmt.Errorf("inbox: %w", err)

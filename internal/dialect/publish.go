@@ -240,3 +240,8 @@ const MaxParams = 32766
 // Listen is the statement that subscribes a Postgres session to channel,
 // quoted as an identifier whatever it holds.
 func Listen(channel string) string { return "LISTEN " + pgx.Identifier{channel}.Sanitize() }
+
+// BatchArrays says a batch is one statement binding one array per column,
+// atomic on its own however many rows (Postgres); elsewhere it is
+// multi-row inserts, in chunks, in one transaction.
+func (d *Dialect) BatchArrays() bool { return d.Kind == Postgres }

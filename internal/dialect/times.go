@@ -138,3 +138,8 @@ func (t Times) Decode(v any) (time.Time, bool, error) {
 	}
 	return time.Time{}, false, fmt.Errorf("timestamp of unexpected type %T", v)
 }
+
+// EncodingDeclared says a table keeps its times as its locked_until column
+// is declared (SQLite has no timestamp type; see EncodingFor): read the
+// column's declared type once per table.
+func (d *Dialect) EncodingDeclared() bool { return d.Kind == SQLite }

@@ -61,7 +61,7 @@ func TestPublishAtDatabaseClock(t *testing.T) {
 		}
 		var got, none, delayed any
 		for p, dst := range map[string]*any{"at": &got, "now": &none, "delay": &delayed} {
-			if err := b.DB().QueryRow("SELECT locked_until FROM jobs WHERE payload = $1", []byte(p)).Scan(dst); err != nil {
+			if err := b.DB().QueryRow(sqlFor(b, "SELECT locked_until FROM jobs WHERE payload = $1"), []byte(p)).Scan(dst); err != nil {
 				t.Fatalf("row %q: %v", p, err)
 			}
 		}

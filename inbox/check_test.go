@@ -14,6 +14,9 @@ import (
 // the DDL that fixes it.
 func TestTableCheck(t *testing.T) {
 	eachDB(t, func(t *testing.T, url string) {
+		if strings.HasPrefix(url, "mysql://") {
+			t.Skip("MySQL's cases, in its own DDL, are TestTableCheckMySQL's")
+		}
 		pg := strings.HasPrefix(url, "postgres")
 		b, err := inbox.Open(url)
 		if err != nil {

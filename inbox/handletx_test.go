@@ -55,7 +55,7 @@ func handleTxCommits(t *testing.T, url string, form claim.Form) {
 		}
 		ev := inboxtest.NewEvents(t)
 		sub, err := inbox.SubscribeTx(b, q, func(ctx context.Context, tx *sql.Tx, j Job) error {
-			if _, err := tx.ExecContext(ctx, "INSERT INTO sent (job, attempt) VALUES ($1, $2)", j.ID, j.Attempts); err != nil {
+			if _, err := tx.ExecContext(ctx, sqlFor(b, "INSERT INTO sent (job, attempt) VALUES ($1, $2)"), j.ID, j.Attempts); err != nil {
 				return err
 			}
 			if j.Attempts == 1 && j.ID%2 == 0 {
@@ -97,7 +97,7 @@ func TestHandleTxLostLeaseCannotCommit(t *testing.T) {
 	}
 	ev := inboxtest.NewEvents(t)
 	sub, err := inbox.SubscribeTx(b, q, func(ctx context.Context, tx *sql.Tx, j Job) error {
-		if _, err := tx.ExecContext(ctx, "INSERT INTO sent (job, attempt) VALUES ($1, $2)", j.ID, j.Attempts); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlFor(b, "INSERT INTO sent (job, attempt) VALUES ($1, $2)"), j.ID, j.Attempts); err != nil {
 			return err
 		}
 		// Another holder takes the row over: its lease ran out, say.
@@ -137,7 +137,7 @@ func handleTxPanic(t *testing.T, url string, form claim.Form) {
 		}
 		ev := inboxtest.NewEvents(t)
 		sub, err := inbox.SubscribeTx(b, q, func(ctx context.Context, tx *sql.Tx, j Job) error {
-			if _, err := tx.ExecContext(ctx, "INSERT INTO sent (job, attempt) VALUES ($1, $2)", j.ID, j.Attempts); err != nil {
+			if _, err := tx.ExecContext(ctx, sqlFor(b, "INSERT INTO sent (job, attempt) VALUES ($1, $2)"), j.ID, j.Attempts); err != nil {
 				return err
 			}
 			panic("boom")
@@ -170,7 +170,7 @@ func TestHandleTxSessionEndsBeforeCommit(t *testing.T) {
 			}
 			ev := inboxtest.NewEvents(t)
 			sub, err := inbox.SubscribeTx(b, q, func(ctx context.Context, tx *sql.Tx, j Job) error {
-				if _, err := tx.ExecContext(ctx, "INSERT INTO sent (job, attempt) VALUES ($1, $2)", j.ID, j.Attempts); err != nil {
+				if _, err := tx.ExecContext(ctx, sqlFor(b, "INSERT INTO sent (job, attempt) VALUES ($1, $2)"), j.ID, j.Attempts); err != nil {
 					return err
 				}
 				if j.Attempts > 1 {
@@ -212,10 +212,10 @@ func TestHandleTxAdvisoryRowGone(t *testing.T) {
 	}
 	ev := inboxtest.NewEvents(t)
 	sub, err := inbox.SubscribeTx(b, q, func(ctx context.Context, tx *sql.Tx, j Job) error {
-		if _, err := tx.ExecContext(ctx, "INSERT INTO sent (job, attempt) VALUES ($1, $2)", j.ID, j.Attempts); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlFor(b, "INSERT INTO sent (job, attempt) VALUES ($1, $2)"), j.ID, j.Attempts); err != nil {
 			return err
 		}
-		_, err := b.DB().ExecContext(ctx, "DELETE FROM jobs WHERE id = $1", j.ID)
+		_, err := b.DB().ExecContext(ctx, sqlFor(b, "DELETE FROM jobs WHERE id = $1"), j.ID)
 		return err
 	}, ev.Observe(), inbox.Form(advisory.Form))
 	if err != nil {

@@ -76,7 +76,7 @@ func TestLeaseExtensionAndLoss(t *testing.T) {
 		if b.Dialect() == "sqlite" {
 			steal, arg = "UPDATE jobs SET locked_until = ?1", epoch.Add(time.Hour).Format("2006-01-02 15:04:05.000")
 		}
-		if _, err := b.DB().Exec(steal, arg); err != nil {
+		if _, err := b.DB().Exec(sqlFor(b, steal), arg); err != nil {
 			t.Fatal(err)
 		}
 		clk.Advance(6 * time.Second)

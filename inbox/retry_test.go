@@ -136,7 +136,11 @@ func TestCount(t *testing.T) {
 			}
 		}
 		// Parked as the library parks: locked_until at 9999-12-31 UTC.
-		if _, err := b.DB().Exec("UPDATE jobs SET locked_until = '9999-12-31 00:00:00.000+00:00' WHERE id = 1"); err != nil {
+		parked := "UPDATE jobs SET locked_until = '9999-12-31 00:00:00.000+00:00' WHERE id = 1"
+		if b.Dialect() == "mysql" { // DATETIME(6) holds no zone: it is UTC
+			parked = "UPDATE jobs SET locked_until = '9999-12-31 00:00:00' WHERE id = 1"
+		}
+		if _, err := b.DB().Exec(parked); err != nil {
 			t.Fatal(err)
 		}
 		c, err := inbox.Count(ctx, b, q)

@@ -29,6 +29,12 @@ func (d *Dialect) GroupsAvailable(t Table, tm Times) GroupsAvailableSQL {
 		return x(fmt.Sprintf(`SELECT g.value FROM json_each(?1) AS g WHERE ?2 IS NOT NULL AND EXISTS (SELECT 1 FROM %s WHERE %s = g.value AND (%s IS NULL OR %s <= %s))`,
 			t.Name, t.Group, lu, lu, d.Rebind(tm.At(3))))
 	}
+	if d.Kind == MySQL {
+		// As on SQLite, a JSON array of the groups (JSON_TABLE: MariaDB
+		// 10.6+, MySQL 8.0+) and no floors.
+		return GroupsAvailableSQL{d.text(fmt.Sprintf(`SELECT g.name FROM JSON_TABLE($1, '$[*]' COLUMNS (name VARCHAR(255) PATH '$')) AS g WHERE $2 IS NOT NULL AND EXISTS (SELECT 1 FROM %s WHERE %s = g.name AND (%s IS NULL OR %s <= %s))`,
+			t.Name, t.Group, lu, lu, tm.At(3)), tm)}
+	}
 	// With a priority column claims do not start at the floor (see
 	// claimOrder): neither does the probe.
 	floor := fmt.Sprintf(" AND %s >= g.floor", t.ID)
@@ -56,7 +62,7 @@ func (s GroupsAvailableSQL) Call(groups []string, floors []int64, now time.Time)
 // Postgres array literals (text, so a wrapping driver binds them as any
 // string), on SQLite a JSON array of the groups and a placeholder.
 func groupsArgs(kind Kind, groups []string, floors []int64) (any, any) {
-	if kind == SQLite {
+	if kind == SQLite || kind == MySQL {
 		b, _ := json.Marshal(groups) // strings always marshal
 		return string(b), 0
 	}

@@ -40,6 +40,12 @@ func (d *Dialect) NotNullFix(ctx context.Context, db Querier, table string, cols
 		return d.sqliteRebuild(ctx, db, table, cols, map[string]string{col: decl},
 			map[string]string{col: fmt.Sprintf("COALESCE(%s, %s)", Quote(col), fill)})
 	}
+	if d.Kind == MySQL {
+		// Two statements: a column with NULLs is not made NOT NULL in
+		// strict mode. The ALTER keeps the column's default, or sets fill.
+		return fmt.Sprintf("UPDATE %[1]s SET %[2]s = %[3]s WHERE %[2]s IS NULL; ALTER TABLE %[1]s MODIFY COLUMN %[2]s %[4]s NOT NULL DEFAULT %[5]s",
+			d.Quote(table), d.Quote(col), fill, strings.ToUpper(c.Type), dflt), nil
+	}
 	setDefault := ""
 	if c.Default == "" {
 		setDefault = fmt.Sprintf(" ALTER COLUMN %s SET DEFAULT %s,", Quote(col), fill)

@@ -145,9 +145,10 @@ func openPostgres(rawURL string, cfg *pgx.ConnConfig) *sql.DB {
 // Open made, its first connection answers; on another pgx pool, two of
 // its connections: a connection whose server process (pg_backend_pid())
 // differs from the one it was told at connect is behind a pooler; behind
-// one in transaction mode, a transaction on a second connection gets the
-// server session the first connection's last statement used. One round
-// trip when direct, up to 33 behind a pooler in session mode. A pool whose
+// one in transaction mode, a statement on a second connection gets the
+// server session the first connection's last statement used, or the first
+// connection's statements run on two. One round
+// trip when direct, up to 21 behind a pooler in session mode. A pool whose
 // driver hides its pgx connections (a wrapping driver) is PoolingUnknown.
 func PoolingOf(ctx context.Context, db *sql.DB) (Pooling, error) {
 	f := factsOf(db)
@@ -244,19 +245,22 @@ func detectConfig(ctx context.Context, cfg *pgx.ConnConfig) (Pooling, error) {
 	})
 }
 
-// detectTries bounds the transactions classify runs on a second
-// connection. One seldom tells: under load another client's transaction
-// may take the server session the first connection just gave back, and the
-// pooler may hand the first connection that one again; a pooler in session
-// mode never does either, whatever the tries.
-const detectTries = 8
+// detectTries bounds the rounds classify runs. One round seldom tells
+// under load: another client may take the server session the first
+// connection just gave back, and the pooler may hand the first connection
+// that one again; a pooler in session mode never does either, whatever the
+// rounds.
+const detectTries = 10
 
 // classify tells the Pooling behind connection a, with second(use) lending
 // a second connection of the same pool when a turns out to be pooled: a
-// pooler in transaction mode shows itself when a's statements run on two
-// server processes, or when a transaction of the second connection runs on
-// one of a's. Every statement goes by the simple protocol, so the probe
-// leaves no prepared statement behind.
+// pooler in transaction mode shows itself when a statement of the second
+// connection runs on the server process a's last statement used, or a's
+// statements run on two. No statement waits for another (a transaction
+// held open on the second connection would, and a pool of few server
+// connections with many instances starting at once would deadlock on it);
+// every one goes by the simple protocol, so the probe leaves no prepared
+// statement behind.
 func classify(ctx context.Context, a *pgx.Conn, second func(use func(*pgx.Conn) error) error) (Pooling, error) {
 	p1, err := backendPID(ctx, a)
 	if err != nil {
@@ -268,17 +272,11 @@ func classify(ctx context.Context, a *pgx.Conn, second func(use func(*pgx.Conn) 
 	pooling := SessionPooled
 	err = second(func(b *pgx.Conn) error {
 		for range detectTries {
-			if _, err := b.Exec(ctx, "BEGIN", pgx.QueryExecModeSimpleProtocol); err != nil {
+			q, err := backendPID(ctx, b)
+			if err != nil {
 				return err
 			}
-			q, err := backendPID(ctx, b)
-			var pa uint32
-			if err == nil {
-				pa, err = backendPID(ctx, a)
-			}
-			if _, rbErr := b.Exec(ctx, "ROLLBACK", pgx.QueryExecModeSimpleProtocol); err == nil {
-				err = rbErr
-			}
+			pa, err := backendPID(ctx, a)
 			if err != nil {
 				return err
 			}

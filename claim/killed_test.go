@@ -3,6 +3,7 @@ package claim_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"net/url"
 	"sync/atomic"
 	"testing"
@@ -35,7 +36,9 @@ func (s suite) killedHolder(t *testing.T) {
 		survivorOpts = []inbox.Option{inbox.WithClock(moving), inbox.PollInterval(time.Second)}
 	} else {
 		victimApp = "victim_" + random()
-		victimURL = withParam(t, f.url, "application_name", victimApp)
+		if s.kind == postgres {
+			victimURL = withParam(t, f.url, "application_name", victimApp)
+		}
 		survivorOpts = []inbox.Option{inbox.PollInterval(50 * time.Millisecond)}
 	}
 
@@ -84,6 +87,12 @@ func (s suite) killedHolder(t *testing.T) {
 		moving.Advance(leaseFor + time.Second)
 	case rowlock.Form:
 		// The session holding the row's transaction open.
+		if s.kind == mysql {
+			if n := killTxHolders(t, f.db); n != 1 {
+				t.Fatalf("killed %d sessions holding a transaction, want the victim's", n)
+			}
+			break
+		}
 		terminate(t, f.db, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 			WHERE application_name = $1 AND state LIKE 'idle in transaction%'`, victimApp)
 	case advisory.Form:
@@ -124,6 +133,34 @@ func (s suite) killedHolder(t *testing.T) {
 }
 
 // terminate ends the sessions query names and fails unless it ended one.
+// killTxHolders kills, on MariaDB/MySQL, every session of the test's
+// database that holds an InnoDB transaction open (KILL CONNECTION), and
+// says how many it killed.
+func killTxHolders(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	rows, err := db.Query(`SELECT p.id FROM information_schema.innodb_trx x
+		JOIN information_schema.processlist p ON p.id = x.trx_mysql_thread_id
+		WHERE p.db = DATABASE() AND p.id <> CONNECTION_ID()`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	for _, id := range ids {
+		if _, err := db.Exec(fmt.Sprintf("KILL CONNECTION %d", id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return len(ids)
+}
+
 func terminate(t *testing.T, db *sql.DB, query string, args ...any) {
 	t.Helper()
 	rows, err := db.Query(query, args...)

@@ -38,8 +38,11 @@ func TestFormsRefused(t *testing.T) {
 		for _, kind := range fc.dbs {
 			t.Run(fc.form.Name()+"/"+kind, func(t *testing.T) {
 				u := inboxtest.SQLite(t)
-				if kind == postgres {
+				switch kind {
+				case postgres:
 					u = inboxtest.Postgres(t)
+				case mysql:
+					u = inboxtest.MySQL(t)
 				}
 				db := inboxtest.Open(t, u)
 				db.SetMaxOpenConns(1)

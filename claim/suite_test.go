@@ -45,7 +45,7 @@ const (
 var forms = []formCase{
 	{lease.Form, []string{sqlite, postgres, mysql}, false},
 	{lease.Form, []string{postgres}, true},
-	{rowlock.Form, []string{postgres}, false},
+	{rowlock.Form, []string{postgres, mysql}, false},
 	{advisory.Form, []string{postgres}, false},
 }
 

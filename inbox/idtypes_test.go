@@ -56,10 +56,12 @@ func TestEveryIDTypeInEveryForm(t *testing.T) {
 	t.Run("mysql", func(t *testing.T) {
 		t.Parallel()
 		for name, decl := range myIDs {
-			t.Run(name+"/lease", func(t *testing.T) {
-				t.Parallel()
-				idTypeWorks(t, inboxtest.MySQL(t), decl, "DATETIME(6)", lease.Form)
-			})
+			for _, form := range []claim.Form{lease.Form, rowlock.Form} {
+				t.Run(name+"/"+form.Name(), func(t *testing.T) {
+					t.Parallel()
+					idTypeWorks(t, inboxtest.MySQL(t), decl, "DATETIME(6)", form)
+				})
+			}
 		}
 	})
 	t.Run("sqlite", func(t *testing.T) {

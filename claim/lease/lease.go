@@ -130,7 +130,7 @@ const conflictTries = 3
 func (c *claimer) claimTx(ctx context.Context, max int, q dialect.Call) ([]*claim.Job, error) {
 	e := &c.env
 	fail := func(err error) error { return fmt.Errorf("claim from %q: %w", e.Table.Unquoted, err) }
-	tx, err := e.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, err := e.DB.BeginTx(ctx, e.Dialect.HoldTx())
 	if err != nil {
 		return nil, fail(err)
 	}

@@ -1,5 +1,5 @@
 // Package rowlock is the claim form that holds each claimed row under a
-// Postgres row lock for as long as its handler runs.
+// row lock for as long as its handler runs.
 //
 // A claim locks one row (FOR UPDATE SKIP LOCKED, one row at a time) on a
 // connection of its own and holds it in a transaction that stays open while
@@ -13,7 +13,7 @@
 // that lease where attempts are counted). A read waits on the idle
 // connection while the handler runs, so a hold lost with its connection is
 // told at once (claim.Holder). The price is one pool connection per job in
-// work. It serves Postgres only.
+// work. It serves Postgres, MariaDB (10.6+) and MySQL (8.0+).
 //
 //	sub, err := inbox.Subscribe(b, q, handle, inbox.Form(rowlock.Form), inbox.Workers(8))
 package rowlock
@@ -40,7 +40,7 @@ type form struct{}
 func (form) Name() string { return "rowlock" }
 
 func (form) Supports(d *dialect.Dialect) error {
-	return claim.PostgresOnly("rowlock", "a row lock (FOR UPDATE SKIP LOCKED) in a transaction per job", d)
+	return claim.RowLocksOnly("rowlock", "a row lock (FOR UPDATE SKIP LOCKED) in a transaction per job", d)
 }
 
 func (f form) New(env claim.Env) (claim.Claimer, error) {
@@ -100,7 +100,7 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	}
 	// The transaction outlives the claim's context: it lasts until the job
 	// is settled.
-	tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
+	tx, err := conn.BeginTx(context.WithoutCancel(ctx), e.Dialect.HoldTx())
 	if err != nil {
 		conn.Close()
 		c.uncount()
@@ -135,8 +135,37 @@ func (c *claimer) takeCounted(ctx context.Context, conn *sql.Conn) (*claim.Job, 
 	e := &c.env
 	now := e.Clock.Now()
 	q := e.SQL.ClaimHold.Call(now, holdGap, e.Group, c.mark.Start(now, e.Rescan))
+	if e.SQL.ClaimThen.SQL() != "" {
+		return c.takeCountedThen(ctx, conn, q)
+	}
 	rows, err := conn.QueryContext(ctx, q.SQL, q.Args...)
 	return c.first(rows, err)
+}
+
+// takeCountedThen is takeCounted where the database has no UPDATE ...
+// RETURNING (MySQL): ClaimHold's select locks the row and reads it as the
+// step leaves it, ClaimThen writes the lease and the attempt, and the
+// transaction commits (see dialect.ClaimThenSQL).
+func (c *claimer) takeCountedThen(ctx context.Context, conn *sql.Conn, q dialect.Call) (*claim.Job, error) {
+	e := &c.env
+	tx, err := conn.BeginTx(ctx, e.Dialect.HoldTx())
+	if err != nil {
+		return nil, fmt.Errorf("claim from %q (rowlock): begin: %w", e.Table.Unquoted, err)
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, q.SQL, q.Args...)
+	j, err := c.first(rows, err)
+	if err != nil || j == nil {
+		return nil, err
+	}
+	then := e.SQL.ClaimThen.Call(j.Lease, []int64{j.ID})
+	if _, err := tx.ExecContext(ctx, then.SQL, then.Args...); err != nil {
+		return nil, fmt.Errorf("claim from %q (rowlock): %w", e.Table.Unquoted, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("claim from %q (rowlock): %w", e.Table.Unquoted, err)
+	}
+	return j, nil
 }
 
 // lockCounted locks the row takeCounted took, by the lease it wrote: a row
@@ -145,15 +174,18 @@ func (c *claimer) takeCounted(ctx context.Context, conn *sql.Conn) (*claim.Job, 
 func (c *claimer) lockCounted(ctx context.Context, tx *sql.Tx, j *claim.Job) (*claim.Job, error) {
 	e := &c.env
 	q := e.SQL.HoldOne.Call(j.ID, j.Lease)
-	res, err := tx.ExecContext(ctx, q.SQL, q.Args...)
+	// Read, not counted from the result: MySQL counts no rows a SELECT
+	// returns as affected.
+	rows, err := tx.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim from %q (rowlock): lock row %d: %w", e.Table.Unquoted, j.ID, err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return nil, fmt.Errorf("claim from %q (rowlock): lock row %d: count of rows locked: %w", e.Table.Unquoted, j.ID, err)
+	locked := rows.Next()
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim from %q (rowlock): lock row %d: %w", e.Table.Unquoted, j.ID, err)
 	}
-	if n != 1 {
+	if !locked {
 		return nil, nil
 	}
 	return j, nil

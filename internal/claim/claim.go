@@ -185,6 +185,16 @@ func PostgresOnly(form, holds string, d *dialect.Dialect) error {
 	return nil
 }
 
+// RowLocksOnly refuses a database that cannot hold a row lock in a
+// transaction while other claimers skip the row (see
+// dialect.RowLocks).
+func RowLocksOnly(form, holds string, d *dialect.Dialect) error {
+	if !d.RowLocks() {
+		return fmt.Errorf("the %s form holds %s, which needs Postgres, MariaDB or MySQL; %s cannot serve it: use lease.Form, which runs on every database", form, holds, d)
+	}
+	return nil
+}
+
 // CheckEnv refuses an Env a form that holds connections cannot run in.
 func CheckEnv(f Form, env Env) error {
 	if err := f.Supports(env.Dialect); err != nil {

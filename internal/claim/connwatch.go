@@ -3,7 +3,9 @@ package claim
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
@@ -15,7 +17,9 @@ import (
 // the session (its FATAL message, or the socket's close). Then Hold's
 // context ends with ErrHoldLost. The read must be paused before each
 // statement the form sends on the connection, and started again after.
-// On a driver other than pgx nothing is watched and Hold never ends.
+// On a driver other than pgx that can ping (go-sql-driver/mysql), the
+// connection is pinged every pingEvery instead, so a hold lost is told
+// within that; on one that cannot, nothing is watched and Hold never ends.
 type ConnWatch struct {
 	conn *sql.Conn
 	ctx  context.Context
@@ -54,6 +58,9 @@ func (w *ConnWatch) Start() {
 		err := w.conn.Raw(func(dc any) error {
 			sc, ok := dc.(*stdlib.Conn)
 			if !ok {
+				if p, ok := dc.(driver.Pinger); ok {
+					return pingUntil(ctx, p)
+				}
 				<-ctx.Done() // no way to watch: wait to be paused
 				return nil
 			}
@@ -90,4 +97,35 @@ func (w *ConnWatch) End() {
 	w.ended = true
 	w.mu.Unlock()
 	w.Pause()
+}
+
+// pingEvery is how often a held connection whose driver has no read to
+// wait in is pinged (a COM_PING on MySQL: no statement, no transaction
+// touched).
+const pingEvery = time.Second
+
+// pingTimeout bounds one ping: a server that does not answer in it has
+// lost the connection for the holder's purposes.
+const pingTimeout = 10 * time.Second
+
+// pingUntil pings p every pingEvery until ctx ends (nil) or a ping fails
+// (its error). A ping runs under a context of its own, not ctx: the MySQL
+// driver closes a connection whose statement's context is canceled, which
+// a Pause would otherwise do to a held transaction.
+func pingUntil(ctx context.Context, p driver.Pinger) error {
+	t := time.NewTicker(pingEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+		err := p.Ping(pctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
 }

@@ -2,6 +2,7 @@ package dialect
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -114,6 +115,23 @@ func (d *Dialect) Notifies() bool { return d.Kind == Postgres }
 // across statements (FOR UPDATE SKIP LOCKED, pg_try_advisory_lock), as the
 // row-lock and advisory claim forms need.
 func (d *Dialect) SessionLocks() bool { return d.Kind == Postgres }
+
+// RowLocks says a transaction can hold a row lock while a handler runs and
+// other claimers skip the row (FOR UPDATE SKIP LOCKED), as the row-lock
+// form needs: Postgres, and MariaDB 10.6+ / MySQL 8.0+.
+func (d *Dialect) RowLocks() bool { return d.Kind == Postgres || d.Kind == MySQL }
+
+// HoldTx is how a transaction that holds claimed rows begins: READ
+// COMMITTED on MySQL, where InnoDB's REPEATABLE READ would keep a lock on
+// every row a locking select passed over (and on the gaps between them)
+// until the transaction ends; the engine's default (READ COMMITTED) on
+// Postgres.
+func (d *Dialect) HoldTx() *sql.TxOptions {
+	if d.Kind == MySQL {
+		return &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	return nil
+}
 
 // DefaultPoolSize is the pool a URL opens when no size is given: SQLite's
 // one writer gains nothing from more than a few connections; a server

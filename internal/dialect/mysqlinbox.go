@@ -47,6 +47,15 @@ func (w inboxTable) mysqlClaims(s *InboxSQL) {
 		sel = append(sel, c)
 	}
 	s.ClaimLease = ClaimLeaseSQL{w.text(fmt.Sprintf("SELECT %s %s LIMIT $3%s", strings.Join(sel, ", "), w.claimable(2, 4, 5, ""), w.d.SkipLocked())), w.resumes()}
+	// The row-lock form: its first step where the table counts attempts
+	// is ClaimHold's select then ClaimThen, committed; the holder's
+	// transaction then locks the row (HoldOne), or takes one in a single
+	// select (SelectAvailable) where attempts are not counted.
+	if t.Attempts != "" {
+		s.ClaimHold = ClaimHoldSQL{w.text(fmt.Sprintf("SELECT %s %s LIMIT 1%s", strings.Join(sel, ", "), w.claimable(2, 3, 4, ""), w.d.SkipLocked())), w.resumes()}
+		s.HoldOne = w.holdOne()
+	}
+	s.SelectAvailable = w.selectAvailable()
 	s.ClaimThen = ClaimThenSQL{w.text(fmt.Sprintf("UPDATE %s SET %s = $1%s WHERE %s IN ", t.Name, t.LockedUntil, w.bump(), t.ID)), t}
 	// MariaDB 10.5+ only: DELETE ... RETURNING (MySQL 8 has none).
 	s.AckMany = AckManySQL{text: w.text(fmt.Sprintf("DELETE FROM %s WHERE (%s, %s) IN ", t.Name, t.ID, t.LockedUntil))}

@@ -102,7 +102,14 @@ func (a *acker) flush(batch []dialect.Fenced, errs []error) {
 	var deleted map[int64]bool
 	err := e.Writer.Lock(ctx)
 	if err == nil {
-		deleted, err = a.deleteMany(ctx, many)
+		// A batch the database rolled back for a deadlock deleted
+		// nothing: it is sent again (see conflictTries).
+		for try := 1; ; try++ {
+			deleted, err = a.deleteMany(ctx, many)
+			if err == nil || try == conflictTries || !e.Dialect.Conflict(err) {
+				break
+			}
+		}
 		e.Writer.Unlock()
 	}
 	for i, r := range batch {

@@ -123,7 +123,8 @@ func (c *claimer) runThen(ctx context.Context, max int, q dialect.Call) ([]*clai
 	}
 }
 
-// conflictTries is how many times a claim that met a deadlock is run.
+// conflictTries is how many times a claim or a settlement that met a
+// deadlock (MySQL: 1213, or a lock wait timeout, 1205) is run.
 const conflictTries = 3
 
 // claimTx is one transaction of runThen.
@@ -220,7 +221,16 @@ func execFenced(ctx context.Context, e *claim.Env, what string, id int64, q dial
 	if err := e.Writer.Lock(ctx); err != nil {
 		return fmt.Errorf("%s row %d of %q: %w", what, id, e.Table.Unquoted, err)
 	}
-	res, err := e.Stmts.ExecContext(ctx, q.SQL, q.Args...)
+	var res sql.Result
+	var err error
+	// A statement the database rolled back for a deadlock changed nothing:
+	// it is sent again (see conflictTries).
+	for try := 1; ; try++ {
+		res, err = e.Stmts.ExecContext(ctx, q.SQL, q.Args...)
+		if err == nil || try == conflictTries || !e.Dialect.Conflict(err) {
+			break
+		}
+	}
 	e.Writer.Unlock()
 	if err != nil {
 		return fmt.Errorf("%s row %d of %q: %w", what, id, e.Table.Unquoted, err)

@@ -261,5 +261,5 @@ func mysqlRefused(err error) *Refusal {
 // nothing of it was written, and it may be run again at once.
 func (d *Dialect) Conflict(err error) bool {
 	var me *mysql.MySQLError
-	return d.Kind == MySQL && errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+	return d != nil && d.Kind == MySQL && errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
 }

@@ -205,7 +205,15 @@ func TestMySQLFaults(t *testing.T) {
 	if !d.DeadConn(err) || !d.Unreachable(err) || d.Refused(err) != nil {
 		t.Errorf("killed connection: %v: DeadConn %v Unreachable %v Refused %+v", err, d.DeadConn(err), d.Unreachable(err), d.Refused(err))
 	}
+	for _, n := range []uint16{1213, 1205} {
+		if c := fmt.Errorf("claim: %w", &mysql.MySQLError{Number: n}); !d.Conflict(c) || d.DeadConn(c) || d.Refused(c) != nil {
+			t.Errorf("error %d: Conflict %v DeadConn %v: want a conflict to run again, not a connection fault", n, d.Conflict(c), d.DeadConn(c))
+		}
+	}
 	wrong := &mysql.MySQLError{Number: 1146, Message: "Table 'test.jobs' doesn't exist"}
+	if d.Conflict(wrong) || dialect.Of(dialect.Postgres).Conflict(&mysql.MySQLError{Number: 1213}) {
+		t.Error("a wrong statement, or an error on another engine, taken for a conflict")
+	}
 	if d.DeadConn(wrong) || d.Unreachable(wrong) || d.Refused(wrong) != nil || errors.Is(wrong, mysql.ErrInvalidConn) {
 		t.Errorf("a wrong statement taken for a connection fault")
 	}

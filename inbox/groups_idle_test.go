@@ -298,7 +298,6 @@ func TestIdleGroupsStopOne(t *testing.T) {
 // pause, take nothing; the groups beside it are handled.
 func TestIdleGroupsPausedGroupNotClaimed(t *testing.T) {
 	eachDB(t, func(t *testing.T, url string) {
-		notOnMySQLYet(t, url, "the registry (migrations/mysql/registry.sql and the registry's statements)")
 		ctx := context.Background()
 		b := open(t, url, inbox.PollInterval(50*time.Millisecond), inbox.WithHub(notify.NewHub()))
 		if err := migrations.ApplyRegistry(ctx, b.DB()); err != nil {

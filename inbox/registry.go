@@ -255,6 +255,18 @@ func (r *registry) beat(ctx context.Context) {
 	var found bool
 	err := r.b.write(ctx, false, func(ex execer) error {
 		q := r.sql.Beat.Call(now, r.id)
+		if then := r.sql.Beat.Then(); then.SQL != "" {
+			// MySQL: the update, then the read (see dialect.BeatSQL).
+			res, err := ex.ExecContext(ctx, q.SQL, q.Args...)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				return err
+			}
+			found = true
+			return ex.QueryRowContext(ctx, then.SQL, then.Args...).Scan(&pausedJSON)
+		}
 		err := ex.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&pausedJSON)
 		if err == nil {
 			found = true

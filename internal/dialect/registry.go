@@ -59,11 +59,14 @@ func (d *Dialect) Registry() RegistrySQL {
 	}
 	// The placeholders are the order of each statement's Call.
 	x := func(sql string) text { return d.text(sql, Times{}) }
+	if d.Kind == MySQL {
+		return d.mysqlRegistry(x)
+	}
 	return RegistrySQL{
 		Join: JoinSQL{x("INSERT INTO " + RegistryInstances + " (id, service, version, host, pid, started_at, heartbeat_at, every_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")},
 		JoinSub: JoinSubSQL{x("INSERT INTO " + RegistrySubscriptions + " (instance, position, name, table_name, group_name, form, workers, lease_ms, roles) " +
 			"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")},
-		Beat:       BeatSQL{x("UPDATE " + RegistryInstances + " SET heartbeat_at = $1 WHERE id = $2 RETURNING " + paused)},
+		Beat:       BeatSQL{text: x("UPDATE " + RegistryInstances + " SET heartbeat_at = $1 WHERE id = $2 RETURNING " + paused)},
 		Leave:      InstanceSQL{x("DELETE FROM " + RegistryInstances + " WHERE id = $1")},
 		LeaveSubs:  InstanceSQL{x("DELETE FROM " + RegistrySubscriptions + " WHERE instance = $1")},
 		Forget:     BeforeSQL{x("DELETE FROM " + RegistryInstances + " WHERE heartbeat_at < $1")},
@@ -82,4 +85,36 @@ func (d *Dialect) Registry() RegistrySQL {
 		Minutes: MinutesSQL{x("SELECT minute, outcome, handled, total_us, max_us FROM " + RegistryMinutes +
 			" WHERE table_name = $1 AND group_name = $2 AND minute >= $3 ORDER BY minute, outcome")},
 	}
+}
+
+// mysqlRegistry is Registry on MariaDB and MySQL: no UPDATE ... RETURNING
+// (the heartbeat is its update, then BeatSQL.Then reads the paused queues),
+// no ON CONFLICT (ON DUPLICATE KEY UPDATE and INSERT IGNORE).
+func (d *Dialect) mysqlRegistry(x func(string) text) RegistrySQL {
+	r := RegistrySQL{
+		Join: JoinSQL{x("INSERT INTO " + RegistryInstances + " (id, service, version, host, pid, started_at, heartbeat_at, every_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")},
+		JoinSub: JoinSubSQL{x("INSERT INTO " + RegistrySubscriptions + " (instance, position, name, table_name, group_name, form, workers, lease_ms, roles) " +
+			"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")},
+		Beat:       BeatSQL{text: x("UPDATE " + RegistryInstances + " SET heartbeat_at = $1 WHERE id = $2")},
+		Leave:      InstanceSQL{x("DELETE FROM " + RegistryInstances + " WHERE id = $1")},
+		LeaveSubs:  InstanceSQL{x("DELETE FROM " + RegistrySubscriptions + " WHERE instance = $1")},
+		Forget:     BeforeSQL{x("DELETE FROM " + RegistryInstances + " WHERE heartbeat_at < $1")},
+		ForgetSubs: PlainSQL{x("DELETE FROM " + RegistrySubscriptions + " WHERE instance NOT IN (SELECT id FROM " + RegistryInstances + ")")},
+		// VALUES(col): the row the insert proposed (MariaDB and MySQL 8,
+		// which warns of it).
+		AddMinute: AddMinuteSQL{x("INSERT INTO " + RegistryMinutes + " (table_name, group_name, minute, outcome, handled, total_us, max_us) VALUES ($1, $2, $3, $4, $5, $6, $7) " +
+			"ON DUPLICATE KEY UPDATE handled = handled + VALUES(handled), total_us = total_us + VALUES(total_us), max_us = GREATEST(max_us, VALUES(max_us))")},
+		Prune:  BeforeSQL{x("DELETE FROM " + RegistryMinutes + " WHERE minute < $1")},
+		Pause:  PauseSQL{x("INSERT IGNORE INTO " + RegistryPaused + " (table_name, group_name, paused_at) VALUES ($1, $2, $3)")},
+		Resume: QueueSQL{x("DELETE FROM " + RegistryPaused + " WHERE table_name = $1 AND group_name = $2")},
+		Paused: PlainSQL{x("SELECT table_name, group_name, paused_at FROM " + RegistryPaused + " ORDER BY table_name, group_name")},
+		Instances: PlainSQL{x("SELECT id, service, version, host, pid, started_at, heartbeat_at, every_ms FROM " + RegistryInstances +
+			" ORDER BY service, started_at, id")},
+		Subscriptions: PlainSQL{x("SELECT instance, position, name, table_name, group_name, form, workers, lease_ms, roles FROM " + RegistrySubscriptions +
+			" ORDER BY instance, position")},
+		Minutes: MinutesSQL{x("SELECT minute, outcome, handled, total_us, max_us FROM " + RegistryMinutes +
+			" WHERE table_name = $1 AND group_name = $2 AND minute >= $3 ORDER BY minute, outcome")},
+	}
+	r.Beat.then = x("SELECT COALESCE(JSON_ARRAYAGG(JSON_ARRAY(table_name, group_name)), '[]') FROM " + RegistryPaused)
+	return r
 }

@@ -24,8 +24,17 @@ func (s JoinSubSQL) Call(instance string, position int, name, table, group, form
 	return s.call(instance, position, name, table, group, form, workers, lease.Milliseconds(), rolesJSON)
 }
 
-// BeatSQL moves an instance's heartbeat and returns the paused queues.
-type BeatSQL struct{ text }
+// BeatSQL moves an instance's heartbeat and returns the paused queues;
+// where it returns nothing (MySQL), it is an update that matched one row
+// or none, and Then reads the paused queues.
+type BeatSQL struct {
+	text
+	then text
+}
+
+// Then reads the paused queues after the heartbeat where the heartbeat
+// returns nothing; its SQL is "" where the heartbeat returns them.
+func (s BeatSQL) Then() Call { return s.then.call() }
 
 // Call moves instance's heartbeat to now.
 func (s BeatSQL) Call(now time.Time, instance string) Call {

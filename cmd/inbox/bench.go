@@ -66,8 +66,11 @@ func cpuSeconds() float64 {
 }
 
 func dbKind(url string) string {
-	if strings.HasPrefix(url, "sqlite:") {
+	switch {
+	case strings.HasPrefix(url, "sqlite:"):
 		return "sqlite"
+	case strings.HasPrefix(url, "mysql:"):
+		return "mysql"
 	}
 	return "postgres"
 }

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"modernc.org/sqlite"
 
 	"github.com/sqlinbox/sqlinbox/inbox"
@@ -126,7 +128,7 @@ func NewService(name string, b *inbox.Broker, q inbox.Queue[RenderInvoice], rend
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, err := inbox.HandleTx(svc, sends, Sender(name, isSQLite(b.DB())), inbox.Workers(2)); err != nil {
+	if _, err := inbox.HandleTx(svc, sends, Sender(name, b.Dialect()), inbox.Workers(2)); err != nil {
 		return nil, nil, err
 	}
 	return svc, sub, nil
@@ -134,16 +136,17 @@ func NewService(name string, b *inbox.Broker, q inbox.Queue[RenderInvoice], rend
 
 // Sender sends an invoice (here: records it) inside the transaction that
 // acks its send row: the record and the ack commit together, or neither.
-func Sender(instance string, lite bool) inbox.TxHandler[RenderInvoice] {
+// db names the database, as Broker.Dialect does.
+func Sender(instance, db string) inbox.TxHandler[RenderInvoice] {
 	return func(ctx context.Context, tx *sql.Tx, job RenderInvoice) error {
-		_, err := tx.ExecContext(ctx, bind(lite, "INSERT INTO invoices_sent (invoice_key, group_name, instance) VALUES ($1, $2, $3)"), job.Key, job.Group, instance)
+		_, err := tx.ExecContext(ctx, bind(db, "INSERT INTO invoices_sent (invoice_key, group_name, instance) VALUES ($1, $2, $3)"), job.Key, job.Group, instance)
 		return err
 	}
 }
 
 // SentCounts reads how often each invoice of group was recorded sent.
 func SentCounts(ctx context.Context, db *sql.DB, group string) (map[string]int, error) {
-	rows, err := db.QueryContext(ctx, bind(isSQLite(db), "SELECT invoice_key, count(*) FROM invoices_sent WHERE group_name = $1 GROUP BY invoice_key"), group)
+	rows, err := db.QueryContext(ctx, bind(kindOf(db), "SELECT invoice_key, count(*) FROM invoices_sent WHERE group_name = $1 GROUP BY invoice_key"), group)
 	if err != nil {
 		return nil, err
 	}
@@ -198,22 +201,36 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 		return err
 	}
 	defer tx.Rollback()
-	_, lite := db.Driver().(*sqlite.Driver)
+	kind := kindOf(db)
 	for _, t := range []string{Table, SendTable} {
 		has := 0
 		add := "ALTER TABLE " + t + " ADD COLUMN IF NOT EXISTS invoice_key text"
-		if lite {
+		index := "CREATE UNIQUE INDEX IF NOT EXISTS " + t + "_invoice_key ON " + t + " (invoice_key)"
+		switch kind {
+		case "sqlite":
 			// SQLite has no ADD COLUMN IF NOT EXISTS.
 			if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM pragma_table_info('"+t+"') WHERE name = 'invoice_key'").Scan(&has); err != nil {
 				return err
 			}
 			add = "ALTER TABLE " + t + " ADD COLUMN invoice_key text"
+		case "mysql":
+			// MySQL has neither IF NOT EXISTS; a unique index takes a
+			// VARCHAR, not a TEXT, whole.
+			if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = '"+t+"' AND column_name = 'invoice_key'").Scan(&has); err != nil {
+				return err
+			}
+			add = "ALTER TABLE " + t + " ADD COLUMN invoice_key VARCHAR(255), ADD UNIQUE INDEX " + t + "_invoice_key (invoice_key)"
+			index = ""
 		}
-		for _, ddl := range []string{add, "CREATE UNIQUE INDEX IF NOT EXISTS " + t + "_invoice_key ON " + t + " (invoice_key)"} {
-			if ddl == add && has > 0 {
+		for _, ddl := range []string{add, index} {
+			if ddl == "" || ddl == add && has > 0 {
 				continue
 			}
 			if _, err := tx.ExecContext(ctx, ddl); err != nil {
+				var me *mysql.MySQLError
+				if errors.As(err, &me) && me.Number == 1060 {
+					continue // the other instance, starting beside, added it
+				}
 				return fmt.Errorf("migrate %s: %w", t, err)
 			}
 		}
@@ -230,8 +247,11 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 // while its row is queued is not queued again.
 func WriteInvoices(ctx context.Context, db *sql.DB, group string, from, n int) error {
 	insert := "INSERT INTO invoice_jobs (group_name, payload, invoice_key) VALUES ($1, $2, $3) ON CONFLICT (invoice_key) DO NOTHING"
-	if _, ok := db.Driver().(*sqlite.Driver); ok {
+	switch kindOf(db) {
+	case "sqlite":
 		insert = "INSERT INTO invoice_jobs (group_name, payload, invoice_key) VALUES (?, ?, ?) ON CONFLICT (invoice_key) DO NOTHING"
+	case "mysql": // no ON CONFLICT: a row whose key is queued is ignored
+		insert = "INSERT IGNORE INTO invoice_jobs (group_name, payload, invoice_key) VALUES (?, ?, ?)"
 	}
 	customers := []string{"Ada Lovelace", "Grace Hopper", "Edsger Dijkstra", "Barbara Liskov", "Ken Thompson"}
 	for i := from; i < from+n; i++ {
@@ -288,15 +308,28 @@ func Run(ctx context.Context, instances ...*Instance) (started <-chan struct{}, 
 	return ready, errs
 }
 
-func isSQLite(db *sql.DB) bool {
-	_, ok := db.Driver().(*sqlite.Driver)
-	return ok
+// kindOf names the database of db as Broker.Dialect does.
+func kindOf(db *sql.DB) string {
+	switch db.Driver().(type) {
+	case *sqlite.Driver:
+		return "sqlite"
+	case *mysql.MySQLDriver:
+		return "mysql"
+	}
+	return "postgres"
 }
 
-// bind writes Postgres's $n parameters as SQLite's ?n where lite.
-func bind(lite bool, q string) string {
-	if lite {
+// bind writes Postgres's $n parameters as SQLite's ?n, or MySQL's ?, for
+// the database named kind. The statements name each parameter once, in
+// order.
+func bind(kind, q string) string {
+	switch kind {
+	case "sqlite":
 		return strings.ReplaceAll(q, "$", "?")
+	case "mysql":
+		return dollarN.ReplaceAllString(q, "?")
 	}
 	return q
 }
+
+var dollarN = regexp.MustCompile(`\$\d+`)

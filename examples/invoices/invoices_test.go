@@ -94,6 +94,10 @@ func TestTwoInstancesRenderEachInvoiceOncePostgres(t *testing.T) {
 	renderedOnce(t, inboxtest.Postgres(t))
 }
 
+func TestTwoInstancesRenderEachInvoiceOnceMySQL(t *testing.T) {
+	renderedOnce(t, inboxtest.MySQL(t))
+}
+
 // A row another program writes is seen within the quarter second of the
 // poll interval, on the real clock.
 func TestRowFromAnotherProgramSeenWithinPoll(t *testing.T) {

@@ -25,7 +25,7 @@ import (
 )
 
 func main() {
-	dbURL := flag.String("db", "", "database URL (postgres://... or sqlite://...); default: a SQLite file in a temp dir")
+	dbURL := flag.String("db", "", "database URL (postgres://..., mysql://... or sqlite://...); default: a SQLite file in a temp dir")
 	count := flag.Int("invoices", 20, "how many invoices the shop writes")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -55,8 +55,11 @@ func benchPublish(ctx context.Context, args []string) error {
 		}
 	}
 	bareName := "copy"
-	if dbKind(*db) == "sqlite" {
+	switch dbKind(*db) {
+	case "sqlite":
 		bareName = "insert_tx"
+	case "mysql":
+		bareName = "multirow_insert"
 	}
 	fmt.Printf("db=%s rows=%d batch=%d seconds=%.3f rows_per_sec=%.0f cpu_us_per_row=%.2f bare=%s bare_seconds=%.3f bare_rows_per_sec=%.0f vs_bare=%.2f runs=%d\n",
 		dbKind(*db), *rows, *batch, lib.Seconds, lib.RowsPerSec, lib.CPUPerRow(), bareName, bare.Seconds, bare.RowsPerSec, lib.RowsPerSec/bare.RowsPerSec, *runs)

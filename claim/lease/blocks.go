@@ -10,15 +10,14 @@ import (
 )
 
 // blocks is where a claimer stands in the table's block sequence
-// (migrations.ApplyClaimBlocks). Many processes claiming from the leading
-// edge of one table meet there: each walks the rows the others just
-// leased, and a row it locks to recheck holds up its owner's ack until it
-// commits (BENCHMARKS.md, "Claim blocks"). So while a backlog lasts each
-// claimer takes the next block of dialect.BlockIDs ids from the sequence
-// and claims inside it until it runs dry. Blocks go out in id order, so
-// rows still go out about in the order they came. The blocks only keep
-// claimers apart; what keeps a row in one claim is the claim's own lock
-// and lease, as without them.
+// (migrations.ApplyClaimBlocks). Many processes claiming from the front of
+// one table meet there: each walks the rows the others just leased, and a row
+// it locks to recheck holds up its owner's ack until it commits. So while a
+// backlog lasts each claimer takes the next block of dialect.BlockIDs ids
+// from the sequence and claims inside it until it runs dry. Blocks go out in
+// id order, so rows still go out about in the order they came. The blocks
+// only keep claimers apart; what keeps a row in one claim is the claim's own
+// lock and lease, as without them.
 //
 // Rows behind the block (a lease run out, a retry come due, the rest of
 // the block of a claimer that stopped) are looked for each Rescan, as with

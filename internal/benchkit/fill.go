@@ -81,9 +81,8 @@ func Fill(ctx context.Context, db *sql.DB, table string, n int) (first int64, er
 // Checkpoint starts a Postgres checkpoint cycle before a fill, so the fill
 // and the drain after it fall in the same cycle: a checkpoint between them,
 // or during the drain, makes each page's next change write a full page
-// image, and a 200k drain cost 10.0 to 14.5 us of machine CPU a job by
-// where the last checkpoint fell (with a CHECKPOINT first: 10.7-11.2, four
-// runs). Every runner of a side-by-side gets one before its fill. Without
+// image, so a drain's cost would depend on where the last checkpoint fell.
+// Every runner of a side-by-side gets one before its fill. Without
 // the right to run it (superuser or pg_checkpoint) it says so on stderr and
 // the bench goes on, with figures that vary more. exec runs a statement on
 // the database.

@@ -29,10 +29,8 @@ import (
 // table, lost.
 //
 // The reports are the harness's own load, and it grows with the children:
-// at fastTick throughout, eight children cost the drain they measured
-// about half its rate (8x25 lease on Postgres, 200k rows, two runs each:
-// 9,064 and 6,721 jobs/s reporting every 2 ms against 13,929 and 17,314
-// every 50 ms, 2x100 28.6-36.0k either way).
+// at fastTick throughout, eight children would slow the drain they
+// measure, so a child reports at slowTick until the end is near.
 
 // slowTick and fastTick are how often a child reports before and after the
 // parent's "near"; nearEnd is the share of the rows left when it is sent.
@@ -169,8 +167,8 @@ func (c *LibChild) Counts() (handled, acked, claims int64) {
 
 // Warm opens n connections, holding each until all are open, and gives
 // them back before a child says ready: its drain starts with its pool open,
-// as an instance running when a backlog comes has (BENCHMARKS.md, "Claim
-// blocks"). get takes one connection and returns what gives it back.
+// as an instance running when a backlog comes has. get takes one
+// connection and returns what gives it back.
 func Warm(n int, get func() (release func(), err error)) error {
 	var releases []func()
 	defer func() {

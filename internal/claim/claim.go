@@ -128,10 +128,9 @@ func ScanJob(t Table, scan func(dest ...any) error) (*Job, error) {
 
 // Scanner is ScanJob for the rows of one claim: it keeps its scan
 // destinations from row to row and hands out Jobs from one slab, so a row
-// costs the user's value and little else (with the lease form's settlers
-// from a slab too and its lease kept as a time: 23 -> 16 allocations a job,
-// BenchmarkClaimHandleAck on Postgres). A Job of the slab keeps the whole
-// slab alive: the subscription drops each Job's Value once its handler
+// costs the user's value and little else (the lease form takes its settlers
+// from a slab too and keeps its lease as a time). A Job of the slab keeps the
+// whole slab alive: the subscription drops each Job's Value once its handler
 // returns, so the slab holds no user's row past its handling.
 type Scanner struct {
 	t     Table

@@ -11,15 +11,14 @@ import (
 
 // Mark is where a form's next claim starts walking the table's primary key.
 //
-// On Postgres a claim that walks the key from its start steps over the
-// dead index entries of every row acked since the last vacuum: on a 200k
-// drain (lease, 2x100) that walk was 45% of the machine's CPU (perf:
-// ExecSetParamPlan -> _bt_first -> _bt_getbuf). So while claims find what
-// they ask for, the next one starts at the least id the last one took; a
-// claim that comes back short, or Rescan since the last such walk, starts
-// at the floor instead. A row behind the mark that becomes available
-// again (a lease run out, a retry come due, a delayed publish, a
-// rolled-back hold) waits one Rescan (the poll interval) at most.
+// On Postgres a claim that walks the key from its start steps over the dead
+// index entries of every row acked since the last vacuum, and under a backlog
+// that walk becomes the largest part of a drain's CPU. So while claims find
+// what they ask for, the next one starts at the least id the last one took; a
+// claim that comes back short, or Rescan since the last such walk, starts at
+// the floor instead. A row behind the mark that becomes available again (a
+// lease run out, a retry come due, a delayed publish, a rolled-back hold)
+// waits one Rescan (the poll interval) at most.
 //
 // The floor is where the table's live rows begin: the least id of any row
 // (held or not) at the last floor read, or, when none was left, one past

@@ -22,14 +22,13 @@ import (
 // writer's lock before it reports SQLITE_BUSY.
 const SQLiteBusyTimeoutMillis = 10000
 
-// SQLiteCacheKiB bounds the page cache of each SQLite connection a URL
-// opens, in KiB (PRAGMA cache_size = -512). SQLite's own default is 2000
-// KiB a connection: a queue draining a large table reads each page once and
-// never again, so every connection's cache fills with pages already drained,
-// and the pool held up to 2 MB each for nothing (a 1M-row drain peaked 4-5
-// MB above a 10k-row one). A claim and its acks touch a few pages at the
-// front of the table and its index, well within 512 KiB, and the pages
-// evicted stay in the operating system's cache. A URL that sets its own
+// SQLiteCacheKiB bounds the page cache of each SQLite connection a URL opens,
+// in KiB (PRAGMA cache_size = -512). SQLite's own default is 2000 KiB a
+// connection: a queue draining a large table reads each page once and never
+// again, so every connection's cache fills with pages already drained, and
+// the pool held up to 2 MB each for nothing. A claim and its acks touch a few
+// pages at the front of the table and its index, well within 512 KiB, and the
+// pages evicted stay in the operating system's cache. A URL that sets its own
 // cache_size (?_pragma=cache_size(-N) or (N pages)) keeps it.
 const SQLiteCacheKiB = 512
 

@@ -9,9 +9,9 @@ import (
 // Stmts runs the statements a pool sends again and again (claims, acks),
 // preparing each once. On SQLite it keeps a *sql.Stmt per statement text,
 // which database/sql keeps prepared on every connection it runs on: the
-// modernc driver otherwise parses the text on every call, a fifth of a
-// SQLite drain's CPU (lease form, 100k rows, 1x100). pgx keeps a statement
-// cache of its own, so on Postgres Stmts sends the text as it is.
+// modernc driver otherwise parses the text on every call, a large part of a
+// SQLite drain's CPU. pgx keeps a statement cache of its own, so on
+// Postgres Stmts sends the text as it is.
 //
 // Statements are few (one set per table and form) and live until Close.
 type Stmts struct {

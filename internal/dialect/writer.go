@@ -12,9 +12,6 @@ import "context"
 // for it. Writers that do not take turns here (the user's own statements,
 // another broker, another process) still meet the busy timeout. On
 // Postgres, and on a nil Writer, Lock and Unlock do nothing.
-//
-// SQLite file, lease, 100k rows, 1x100, three runs each, back to back:
-// 35.9-40.8k jobs/s without it, 53.0-55.4k with.
 type Writer struct {
 	turn chan struct{} // nil on Postgres
 }

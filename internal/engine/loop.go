@@ -51,9 +51,8 @@ type loop struct {
 
 	// A form whose claim takes a row for every free worker (lease,
 	// advisory) keeps one claim in flight: workers freed meanwhile join the
-	// next claim, so a busy subscription claims in large batches (Postgres,
-	// 2 instances x 100 workers, 30k no-op jobs: 8.3k jobs/s with a claim
-	// per free worker in flight, 16.7k with one). A form that takes one row
+	// next claim, so a busy subscription claims in large batches and pays a
+	// commit for many rows, not one a freed worker. A form that takes one row
 	// a claim (row lock) keeps one in flight per free worker, within the
 	// connection budget. SQLite has one writer: one claim in flight.
 	maxClaims int
@@ -100,16 +99,14 @@ type loop struct {
 	// fewer than half the workers, while the others are busy, waits up to
 	// workerWait for more of them to free up: under a backlog claims stay
 	// large, and a commit is paid per many rows. On Postgres, where each
-	// claim's commit waits for a WAL flush, a claim under a backlog (the
-	// last claim came back full) waits so for all the workers (lease, 200k
-	// jobs 2x100: 59 rows a claim and 110-116k jobs/s waiting for half, 86
-	// and 121-124k waiting for all); SQLite commits without a flush, and
-	// waiting for all there cost more than it saved (100k jobs 1x100: 113k
-	// -> 92-95k jobs/s). Host time too; a subscription with every worker
-	// free claims at once, and after a short claim only half are waited
-	// for, so a trickle is not held. A form of one row a claim never waits,
-	// nor does a claim that takes spare rows (spare.go): its size does not
-	// depend on the free workers.
+	// claim's commit waits for a WAL flush, a claim under a backlog (the last
+	// claim came back full) waits so for all the workers: larger claims pay
+	// fewer flushes. SQLite commits without a flush, and waiting for all
+	// there costs more than it saves. Host time too; a subscription with
+	// every worker free claims at once, and after a short claim only half are
+	// waited for, so a trickle is not held. A form of one row a claim never
+	// waits, nor does a claim that takes spare rows (spare.go): its size does
+	// not depend on the free workers.
 	waitForAllWorkers bool
 	backlog           bool
 	waitedForWorkers  bool
@@ -263,11 +260,10 @@ func (l *loop) claimMore() {
 // claiming is a claim goroutine. They are kept while claims come back
 // full: a claim goes to one that waits, or to a new one when none does yet
 // (about one for each claim in flight): a new goroutine's stack grows again
-// through the driver's calls on every claim (stack copying was 6% of the
-// process's CPU in a Postgres drain). One whose claim came back short or
-// failed ends: its subscription may go idle, and an idle one's goroutine
-// and stack would be kept for nothing (1000 idle group subscriptions held
-// 1000 of them). The rest end when the loop does, which waits for the
+// through the driver's calls on every claim. One whose claim came back
+// short or failed ends: its subscription may go idle, and an idle one's
+// goroutine and stack would be kept for nothing, one for every idle group
+// subscription. The rest end when the loop does, which waits for the
 // claims in flight first.
 func (l *loop) claiming(r claimReq) {
 	for ok := true; ok; r, ok = <-l.claims {

@@ -13,8 +13,7 @@ import (
 // in a form whose claim takes a row for every free worker: the rows beyond
 // the free workers wait in the process (spare) and workers take them before
 // the next claim. A process of few workers then pays a claim's commit per
-// claimBatch rows, as a large one does (200k rows, 8 processes x 25
-// workers: 20 rows a claim without it; see BENCHMARKS.md, "Instances").
+// claimBatch rows, as a large one does, not one per few rows.
 const claimBatch = 100
 
 // spareFactor bounds a claim's rows to this many a worker, so the rows (and

@@ -28,10 +28,9 @@ import (
 // early it is armed again for what is due then. Most handlers return long
 // before any time is due, so a busy worker arms its timer about once a
 // lease, not once a job: a timer's start and stop take the runtime's timer
-// lock and three allocations (Postgres drain, 200k jobs 2x100, four runs
-// each: 5.0-5.2 -> 4.6-4.9 us of the process's CPU a job). On
-// any other clock the timer is armed for exactly the next time due and
-// stopped when the handler returns, so a test sees just the timers in use.
+// lock and allocate. On any other clock the timer is armed for exactly the
+// next time due and stopped when the handler returns, so a test sees just
+// the timers in use.
 type watch struct {
 	e     *Engine
 	every time.Duration // the lease's extension period

@@ -53,10 +53,11 @@ func TestFreedWorkersGetRowsWithoutAPoll(t *testing.T) {
 		}
 		waitStarts(4, "every worker freed")
 		want := int64(4)
-		if strings.HasPrefix(url, "postgres") {
-			// Under a backlog a Postgres claim may take rows beyond its
-			// free workers (spare rows), which workers freed later start
-			// without a claim of their own.
+		if !strings.HasPrefix(url, "sqlite") {
+			// Where writers run side by side (Postgres, MariaDB) a claim
+			// under a backlog may take rows beyond its free workers (spare
+			// rows), which workers freed later start without a claim of
+			// their own.
 			want = 2
 		}
 		if st := sub.Stats(); st.Claims < want {

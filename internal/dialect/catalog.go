@@ -37,7 +37,8 @@ func (d *Dialect) Columns(ctx context.Context, db Querier, table string) ([]Colu
 	var err error
 	switch d.Kind {
 	case MySQL:
-		return mysqlColumns(ctx, db, table)
+		q, args := mysqlColumnsQuery(table)
+		rows, err = db.QueryContext(ctx, q, args...)
 	case Postgres:
 		rows, err = db.QueryContext(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod),
 	COALESCE(a.attnum = ANY(i.indkey), false), a.attnotnull, COALESCE(pg_get_expr(ad.adbin, ad.adrelid), '')
@@ -61,6 +62,9 @@ ORDER BY a.attnum`, Quote(table))
 			return nil, err
 		}
 		c.Type = strings.ToLower(c.Type)
+		if d.Kind == MySQL {
+			mysqlColumn(&c)
+		}
 		cols = append(cols, c)
 	}
 	return cols, rows.Err()

@@ -24,27 +24,21 @@ func mysqlSchema(table string) (string, []any) {
 // after an integer type: bigint(20) is a bigint.
 var intWidth = regexp.MustCompile(`^(tinyint|smallint|mediumint|int|bigint)\(\d+\)`)
 
-func mysqlColumns(ctx context.Context, db Querier, table string) ([]Column, error) {
+// mysqlColumnsQuery reads the columns of table as Columns scans them.
+func mysqlColumnsQuery(table string) (string, []any) {
 	where, args := mysqlSchema(table)
-	rows, err := db.QueryContext(ctx, `SELECT column_name, column_type, column_key = 'PRI', is_nullable = 'NO', COALESCE(column_default, '')
-FROM information_schema.columns WHERE `+where+` ORDER BY ordinal_position`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("read the columns of %q: %w", table, err)
+	return `SELECT column_name, column_type, column_key = 'PRI', is_nullable = 'NO', COALESCE(column_default, '')
+FROM information_schema.columns WHERE ` + where + ` ORDER BY ordinal_position`, args
+}
+
+// mysqlColumn writes a column as the other catalogs do: integer types
+// without their display width, and no default for a nullable column that
+// has none (MariaDB writes it NULL).
+func mysqlColumn(c *Column) {
+	c.Type = intWidth.ReplaceAllString(c.Type, "$1")
+	if c.Default == "NULL" && !c.NotNull {
+		c.Default = ""
 	}
-	defer rows.Close()
-	var cols []Column
-	for rows.Next() {
-		var c Column
-		if err := rows.Scan(&c.Name, &c.Type, &c.PK, &c.NotNull, &c.Default); err != nil {
-			return nil, err
-		}
-		c.Type = intWidth.ReplaceAllString(strings.ToLower(c.Type), "$1")
-		if c.Default == "NULL" && !c.NotNull {
-			c.Default = "" // MariaDB writes a nullable column's missing default so
-		}
-		cols = append(cols, c)
-	}
-	return cols, rows.Err()
 }
 
 func mysqlIndexes(ctx context.Context, db Querier, table string) ([]Index, error) {

@@ -21,7 +21,6 @@ func TestTableCheckMySQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	ctx := context.Background()
 	const ok = "id BIGINT AUTO_INCREMENT PRIMARY KEY, payload LONGBLOB, group_name VARCHAR(64) NOT NULL DEFAULT '', locked_until DATETIME(6) NULL, attempts INT NOT NULL DEFAULT 0, last_error TEXT"
 	for _, c := range []struct {
 		name, ddl, group, column, want string
@@ -64,19 +63,7 @@ func TestTableCheckMySQL(t *testing.T) {
 			if te.Table != "jobs" || te.Column != c.column || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %q: want table jobs, column %q, text %q", err, c.column, c.want)
 			}
-			for range 5 {
-				if _, err := b.DB().ExecContext(ctx, te.Fix); err != nil {
-					t.Fatalf("the fix for %q fails as printed: %v\n%s", te.Problem, err, te.Fix)
-				}
-				err := checkOnce(t, b, q)
-				if err == nil {
-					return
-				}
-				if !errors.As(err, &te) {
-					t.Fatalf("after the fix: %v", err)
-				}
-			}
-			t.Fatalf("still failing after 5 fixes: %v", te)
+			fixUntilClean(t, b, q, te)
 		})
 	}
 }

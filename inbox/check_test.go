@@ -87,21 +87,7 @@ func TestTableCheck(t *testing.T) {
 				if te.Table != "jobs" || te.Column != c.column || !strings.Contains(err.Error(), c.want) {
 					t.Fatalf("error %q: want table jobs, column %q, text %q", err, c.column, c.want)
 				}
-				// Each fix runs as printed, and the table then passes (a
-				// table with several problems gets one fix at a time).
-				for range 5 {
-					if _, err := b.DB().ExecContext(ctx, te.Fix); err != nil {
-						t.Fatalf("the fix for %q fails as printed: %v\n%s", te.Problem, err, te.Fix)
-					}
-					err := checkOnce(t, b, q)
-					if err == nil {
-						return
-					}
-					if !errors.As(err, &te) {
-						t.Fatalf("after the fix: %v", err)
-					}
-				}
-				t.Fatalf("still failing after 5 fixes: %v", te)
+				fixUntilClean(t, b, q, te)
 			})
 		}
 	})
@@ -155,6 +141,25 @@ func TestBadInputRefusedAtConstruction(t *testing.T) {
 
 // checkOnce runs q's table check as a service would: nil once the service
 // has started, else the check's error.
+// fixUntilClean runs each fix the check prints, as printed, until the table
+// passes: a table with several problems gets one fix at a time.
+func fixUntilClean[T any](t *testing.T, b *inbox.Broker, q inbox.Queue[T], te *inbox.TableError) {
+	t.Helper()
+	for range 5 {
+		if _, err := b.DB().ExecContext(context.Background(), te.Fix); err != nil {
+			t.Fatalf("the fix for %q fails as printed: %v\n%s", te.Problem, err, te.Fix)
+		}
+		err := checkOnce(t, b, q)
+		if err == nil {
+			return
+		}
+		if !errors.As(err, &te) {
+			t.Fatalf("after the fix: %v", err)
+		}
+	}
+	t.Fatalf("still failing after 5 fixes: %v", te)
+}
+
 func checkOnce[T any](t *testing.T, b *inbox.Broker, q inbox.Queue[T]) error {
 	t.Helper()
 	svc := inbox.NewService("check", "test", b)

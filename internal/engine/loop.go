@@ -64,6 +64,11 @@ type loop struct {
 
 	failures, retriedAtOnce, backedOff int // failed claims in a row; of them, sent again at once; backed off
 	lastErr                            string
+	// One outage fails every claim in flight: only a failure of a claim
+	// sent after the last one was seen, outside a backoff, steps the
+	// backoff, so it doubles once per wait, not once per worker.
+	backingOff bool
+	failSeen   time.Time // on the engine's clock
 
 	results chan claimResult
 	claims  chan claimReq
@@ -309,7 +314,7 @@ func (l *loop) onResult(ctx context.Context, r claimResult) {
 	}
 	switch {
 	case r.err != nil:
-		l.onFailure(r.err)
+		l.onFailure(r.err, r.at)
 	case len(r.jobs) < r.asked && r.gen == l.wakeGen:
 		l.worked()
 		l.idle = true
@@ -331,10 +336,16 @@ func (l *loop) onResult(ctx context.Context, r claimResult) {
 
 // onFailure decides when to claim again after a failed claim. An
 // unreachable database is logged once until it is back; any other failure
-// (a dropped or altered table) each time, at the backoff's pace.
-func (l *loop) onFailure(err error) {
+// (a dropped or altered table) each time, at the backoff's pace. A claim
+// sent before the last failure was seen, or failing during a backoff, has
+// the same cause: it neither steps nor restarts the backoff.
+func (l *loop) onFailure(err error, sent time.Time) {
 	e := l.e
 	l.failures++
+	if l.backingOff || sent.Before(l.failSeen) {
+		return
+	}
+	l.failSeen = e.cfg.Clock.Now()
 	if msg := err.Error(); !e.cfg.Unreachable(err) || msg != l.lastErr {
 		e.logger().Error("inbox: claim failed; retrying with backoff", "table", e.cfg.Table, "err", err, "failures", l.failures)
 		l.lastErr = msg
@@ -349,22 +360,42 @@ func (l *loop) onFailure(err error) {
 	// Repeated failures back off, doubling; a wake meanwhile is kept: the
 	// claim at the backoff's end is the one it asks for.
 	l.backedOff++
-	l.idle = true
+	l.idle, l.backingOff = true, true
 	l.rearm(min(MinFailWait<<min(l.backedOff-1, 9), MaxFailWait))
 }
 
-// worked notes a claim that did not fail.
+// worked notes a claim that did not fail: the database answers again, so
+// a backoff under way ends and claims go out at once.
 func (l *loop) worked() {
 	if l.failures > 0 {
 		l.e.logger().Info("inbox: claims work again", "table", l.e.cfg.Table)
 		l.failures, l.lastErr, l.retriedAtOnce, l.backedOff = 0, "", 0, 0
+		l.endBackoff()
 	}
 }
 
-// onWake: a publish or a notification. During a failure's backoff the
-// claim at its end serves the wake.
+// endBackoff ends a failure's backoff before its time: the loop claims
+// now, and its poll is armed again when a claim comes back short.
+func (l *loop) endBackoff() {
+	if !l.backingOff {
+		return
+	}
+	l.unpark()
+	l.backingOff, l.idle, l.pollArmed = false, false, false
+	if l.poll != nil {
+		l.poll.Stop()
+	}
+}
+
+// onWake: a publish or a notification. During a failure's backoff it says
+// the database may be back (a notification came through): the backoff
+// ends and a claim goes out; a failure of that claim steps the backoff on.
 func (l *loop) onWake() {
 	l.wakeGen++
+	if l.backingOff {
+		l.endBackoff()
+		return
+	}
 	if l.failures == 0 && l.idle {
 		l.unpark()
 		l.idle = false
@@ -373,9 +404,9 @@ func (l *loop) onWake() {
 }
 
 // onPoll is like a wake: a claim in flight now may have started too early
-// to see what the poll is for.
+// to see what the poll is for. It also ends a failure's backoff.
 func (l *loop) onPoll() {
-	l.pollArmed = false
+	l.pollArmed, l.backingOff = false, false
 	l.wakeGen++
 	l.idle = false
 }

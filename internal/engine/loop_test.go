@@ -44,10 +44,15 @@ func (ackStub) Ack(context.Context) error { return nil }
 // runEngine runs an engine over c with a poll of an hour until the test
 // ends, and returns its wakes and its events.
 func runEngine(t *testing.T, c contract.Claimer, unreachable func(error) bool) (wakes chan struct{}, events chan inboxtype.Event) {
-	wakes, events = make(chan struct{}, 1), make(chan inboxtype.Event, 8)
+	return runEngineWith(t, c, unreachable, 2, 4, slog.New(slog.DiscardHandler))
+}
+
+// runEngineWith is runEngine with workers, connections and a logger.
+func runEngineWith(t *testing.T, c contract.Claimer, unreachable func(error) bool, workers, conns int, log *slog.Logger) (wakes chan struct{}, events chan inboxtype.Event) {
+	wakes, events = make(chan struct{}, 1), make(chan inboxtype.Event, 64)
 	clk := clock.Host{}
-	e := New(Config{Name: "test", Table: "jobs", Workers: 2, MaxAttempts: 25, Lease: time.Minute, Timeout: time.Minute,
-		Shutdown: time.Second, Poll: time.Hour, Conns: 4, Clock: clk, Log: slog.New(slog.DiscardHandler), Claimer: c, Wakes: wakes,
+	e := New(Config{Name: "test", Table: "jobs", Workers: workers, MaxAttempts: 25, Lease: time.Minute, Timeout: time.Minute,
+		Shutdown: time.Second, Poll: time.Hour, Conns: conns, Clock: clk, Log: log, Claimer: c, Wakes: wakes,
 		Counters: &Counters{}, Idle: NewIdle(clk), Callbacks: Callbacks{
 			Handle: func(context.Context, *contract.Job) error { return nil }, Prepare: func(*contract.Job) {},
 			ErrorVerdict: func(error) (Verdict, time.Duration) { return Retry, 0 },
@@ -60,12 +65,11 @@ func runEngine(t *testing.T, c contract.Claimer, unreachable func(error) bool) (
 }
 
 // Failed claims back off from 100 ms, doubling, not at the poll's pace (an
-// hour here); a wake during the backoff is kept: the claim at its end
-// serves it, and the row it finds is handled.
+// hour here): the claim at the backoff's end finds the row, and it is
+// handled. (A wake ends a backoff: TestWakeEndsTheBackoff.)
 func TestFailedClaimsBackOffFrom100ms(t *testing.T) {
 	c := &failingClaimer{fails: 2, err: errors.New("relation \"jobs\" does not exist")}
-	wakes, events := runEngine(t, c, func(error) bool { return false })
-	wakes <- struct{}{} // during the first backoff
+	_, events := runEngine(t, c, func(error) bool { return false })
 	select {
 	case ev := <-events:
 		if ev.Outcome != inboxtype.Acked {

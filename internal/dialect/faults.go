@@ -35,8 +35,9 @@ func (d *Dialect) Unreachable(err error) bool {
 		return true
 	case errors.As(err, &pe):
 		// 08: connection exception; 57P01-57P03: admin shutdown, crash
-		// shutdown, cannot connect now (starting up).
-		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+		// shutdown, cannot connect now (starting up); 25006: a standby or a
+		// demoted primary (its connection is dropped, see dropReadOnly).
+		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03" || pe.Code == ReadOnly
 	}
 	msg := err.Error()
 	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "unexpected EOF") ||
@@ -53,6 +54,23 @@ func (d *Dialect) DeadConn(err error) bool {
 		return false
 	}
 	return d.Unreachable(err)
+}
+
+// ReadOnly is Postgres's read_only_sql_transaction: the session is on a
+// standby, a demoted primary, or one made read-only.
+const ReadOnly = "25006"
+
+// dropReadOnly closes a connection whose statement was refused as
+// read-only, as pgx closes one on a FATAL error: database/sql then drops it
+// and the statement sent again takes another, perhaps on the new primary,
+// where a read-only session kept in the pool would fail forever.
+func dropReadOnly(next pgconn.PgErrorHandler) pgconn.PgErrorHandler {
+	return func(c *pgconn.PgConn, e *pgconn.PgError) bool {
+		if e.Code == ReadOnly {
+			return false
+		}
+		return next == nil || next(c, e)
+	}
 }
 
 // Refusal is a connection the database refused for good: an unknown

@@ -27,6 +27,7 @@ func TestDriverFaults(t *testing.T) {
 		{"refused", refused, true, false},
 		{"refused, as text", errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), true, false},
 		{"wrong statement", wrong, false, false},
+		{"read-only node", &pgconn.PgError{Code: "25006", Message: "cannot execute INSERT in a read-only transaction"}, true, true},
 		{"canceled", context.Canceled, false, false},
 		{"none", nil, false, false},
 	} {

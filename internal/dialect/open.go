@@ -52,6 +52,7 @@ func Open(rawURL string) (*sql.DB, *Dialect, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("open %s: %w", redact(rawURL), err)
 		}
+		cfg.OnPgError = dropReadOnly(cfg.OnPgError)
 		return openPostgres(rawURL, cfg), Of(Postgres), nil
 	case strings.HasPrefix(rawURL, "mysql://"):
 		db, err := openMySQL(rawURL)

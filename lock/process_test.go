@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlinbox/sqlinbox/internal/testdb"
 	"github.com/sqlinbox/sqlinbox/lock"
 )
 
@@ -22,8 +23,22 @@ import (
 // waits with a retry delay of 20s, so only a wake hands it the place in
 // time; it counts its statements. Rounds: LOCK_WAKE_ROUNDS (default 30).
 func TestSQLiteWakesOtherProcess(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "locks.db")
-	u := "sqlite://" + path
+	wakesOtherProcess(t, "sqlite://"+filepath.Join(t.TempDir(), "locks.db"))
+}
+
+// On MariaDB/MySQL, without LISTEN, a release wakes a waiter in another
+// process of the host by the same datagrams, named after the server and
+// database.
+func TestMySQLWakesOtherProcess(t *testing.T) {
+	if os.Getenv(testdb.MySQLEnv) == "" {
+		t.Skipf("%s is not set: skipping the MariaDB/MySQL lock store", testdb.MySQLEnv)
+	}
+	wakesOtherProcess(t, testdb.MySQL(t))
+}
+
+// wakesOtherProcess is the test of a release waking a waiting process on
+// the database of URL u.
+func wakesOtherProcess(t *testing.T, u string) {
 	holder := locker(t, openSQL(t, u, true), "procs")
 	rounds := 30
 	if v, err := strconv.Atoi(os.Getenv("LOCK_WAKE_ROUNDS")); err == nil && v > 0 {
@@ -91,7 +106,7 @@ func TestSQLiteWakesOtherProcess(t *testing.T) {
 const waiterRetry = 20 * time.Second
 
 // TestSQLiteWaiterProcess is the waiting process of
-// TestSQLiteWakesOtherProcess; it does nothing in a test run of its own.
+// TestSQLiteWakesOtherProcess and TestMySQLWakesOtherProcess; it does nothing in a test run of its own.
 func TestSQLiteWaiterProcess(t *testing.T) {
 	u := os.Getenv("LOCK_WAITER_DB")
 	if u == "" {

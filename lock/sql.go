@@ -15,8 +15,8 @@ import (
 	"github.com/sqlinbox/sqlinbox/notify"
 )
 
-// SQL keeps locks in the table sqlinbox_locks of a Postgres or SQLite
-// database (create it with migrations.ApplyLocks). Taking a free place is one
+// SQL keeps locks in the table sqlinbox_locks of a Postgres, SQLite,
+// MariaDB or MySQL database (create it with migrations.ApplyLocks). Taking a free place is one
 // statement. A release deletes its row, and the store sweeps the rows of
 // expired holds every SweepEvery (a minute by default), so the table keeps the live
 // holds and those that ended since the last sweep.
@@ -84,6 +84,9 @@ func NewSQL(ctx context.Context, db *sql.DB, opts ...SQLOption) (*SQL, error) {
 	case d.Kind == dialect.SQLite:
 		s.hub = notify.Default
 		s.files = startFileWakes(ctx, db, s.hub, s.log)
+	case d.Kind == dialect.MySQL:
+		s.hub = notify.Default
+		s.files = startServerWakes(ctx, db, s.hub, s.log)
 	case o.listener != nil:
 		s.hub = o.hub
 		o.listener.Listen(dialect.LockChannel)
@@ -181,8 +184,11 @@ func (s *SQL) Sweep(ctx context.Context) (int64, error) {
 
 // Acquire implements Store.
 func (s *SQL) Acquire(ctx context.Context, k Key, secret string, ttl time.Duration, maxHolders int) (Grant, error) {
-	if s.d.Kind == dialect.Postgres {
+	switch s.d.Kind {
+	case dialect.Postgres:
 		return s.acquirePostgres(ctx, k, secret, ttl, maxHolders)
+	case dialect.MySQL:
+		return s.acquireMySQL(ctx, k, secret, ttl, maxHolders)
 	}
 	now := s.clock.Now()
 	ttl = time.Duration(max(ttl.Milliseconds(), 1)) * time.Millisecond
@@ -247,6 +253,9 @@ const pgRaceRetries = 64
 
 // Extend implements Store.
 func (s *SQL) Extend(ctx context.Context, k Key, slot int, secret string, ttl time.Duration) (Grant, error) {
+	if s.d.Kind == dialect.MySQL {
+		return s.extendMySQL(ctx, k, slot, secret, ttl)
+	}
 	var now time.Time
 	if s.d.Kind == dialect.SQLite {
 		ttl = time.Duration(max(ttl.Milliseconds(), 1)) * time.Millisecond
@@ -267,10 +276,16 @@ func (s *SQL) Extend(ctx context.Context, k Key, slot int, secret string, ttl ti
 // Release implements Store.
 func (s *SQL) Release(ctx context.Context, k Key, slot int, secret string) (bool, error) {
 	var now time.Time
-	if s.d.Kind == dialect.SQLite {
+	if s.d.Kind != dialect.Postgres {
 		now = s.clock.Now()
 	}
-	freed, err := s.exec(ctx, s.stmts.Release.Call(k.Namespace, k.Name, slot, secret, k.WakeKey(), now))
+	var freed bool
+	var err error
+	if s.d.Kind == dialect.MySQL {
+		freed, err = s.releaseMySQL(ctx, s.stmts.Release.Call(k.Namespace, k.Name, slot, secret, k.WakeKey(), now))
+	} else {
+		freed, err = s.exec(ctx, s.stmts.Release.Call(k.Namespace, k.Name, slot, secret, k.WakeKey(), now))
+	}
 	if err == nil && !freed && s.stmts.ReleaseKeep.SQL() != "" {
 		// The row of the table's greatest fence stays, freed.
 		freed, err = s.exec(ctx, s.stmts.ReleaseKeep.Call(k.Namespace, k.Name, slot, secret, k.WakeKey(), now))
@@ -281,7 +296,7 @@ func (s *SQL) Release(ctx context.Context, k Key, slot int, secret string) (bool
 	if freed {
 		// Waiters of this process need not wait for the notification's
 		// round trip; those elsewhere get it at commit (Postgres) or by
-		// datagram (SQLite on a file).
+		// datagram (SQLite on a file, MariaDB/MySQL on this host).
 		s.hub.Wake(dialect.LockChannel, k.WakeKey())
 		if s.files != nil {
 			s.files.send(k.WakeKey())

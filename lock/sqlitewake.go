@@ -45,14 +45,19 @@ func wakeDir(path string) string {
 	if real, err := filepath.EvalSymlinks(path); err == nil {
 		path = real
 	}
-	sum := sha256.Sum256([]byte(path))
+	return keyDir(path)
+}
+
+// keyDir is the directory of the sockets of the stores that share key (a
+// file's real path, or a server's address and database).
+func keyDir(key string) string {
+	sum := sha256.Sum256([]byte(key))
 	return filepath.Join(os.TempDir(), "sqlinbox-locks-"+hex.EncodeToString(sum[:8]))
 }
 
-// listenFileWakes binds this store's socket beside the others of path and
-// carries the wakes it receives into hub until close.
-func listenFileWakes(path string, hub *notify.Hub, log *slog.Logger) (*fileWakes, error) {
-	dir := wakeDir(path)
+// listenFileWakes binds this store's socket beside the others of the
+// directory dir and carries the wakes it receives into hub until close.
+func listenFileWakes(dir string, hub *notify.Hub, log *slog.Logger) (*fileWakes, error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	self := filepath.Join(dir, strconv.Itoa(os.Getpid())+"-"+hex.EncodeToString(b[:])+".sock")
@@ -128,10 +133,32 @@ func startFileWakes(ctx context.Context, db *sql.DB, hub *notify.Hub, log *slog.
 	if err != nil || path == "" {
 		return nil
 	}
-	w, err := listenFileWakes(path, hub, log)
+	w, err := listenFileWakes(wakeDir(path), hub, log)
 	if err != nil {
 		log.Warn("lock: no release wakes between processes on this SQLite file; waiters of other processes find a freed place at their retry delay",
 			"file", path, "err", fmt.Sprint(err))
+		return nil
+	}
+	return w
+}
+
+// startServerWakes sets up the same wakes for a MariaDB or MySQL store,
+// between the processes of this host that use the same server and database
+// (named by the server's host name, port and the database); nil where that
+// fails (waiters of other processes then find a freed place at their
+// retry).
+func startServerWakes(ctx context.Context, db *sql.DB, hub *notify.Hub, log *slog.Logger) *fileWakes {
+	var host, port, name sql.NullString
+	err := db.QueryRowContext(ctx, "SELECT @@hostname, @@port, DATABASE()").Scan(&host, &port, &name)
+	if err != nil {
+		log.Warn("lock: no release wakes between processes: the server did not say which it is; waiters of other processes find a freed place at their retry delay", "err", fmt.Sprint(err))
+		return nil
+	}
+	key := "mysql:" + host.String + ":" + port.String + "/" + name.String
+	w, err := listenFileWakes(keyDir(key), hub, log)
+	if err != nil {
+		log.Warn("lock: no release wakes between processes on this host; waiters of other processes find a freed place at their retry delay",
+			"database", key, "err", fmt.Sprint(err))
 		return nil
 	}
 	return w

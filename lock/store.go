@@ -9,7 +9,8 @@ import (
 
 // Store keeps the places of locks. A Locker checks its input before it calls
 // a store; a store answers for the truth of every place: it never reports a
-// place held that is not. Stores here: SQL (Postgres, SQLite), Redis, Memory.
+// place held that is not. Stores here: SQL (Postgres, SQLite, MariaDB,
+// MySQL), Redis, Memory.
 type Store interface {
 	// Acquire takes a free place below maxHolders on k for ttl (the lowest
 	// one, unless concurrent takers race for it), marking it with secret,

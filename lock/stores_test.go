@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/internal/testdb"
 	"github.com/sqlinbox/sqlinbox/lock"
 	"github.com/sqlinbox/sqlinbox/migrations"
 	"github.com/sqlinbox/sqlinbox/notify"
@@ -28,6 +29,33 @@ func TestPostgres(t *testing.T) {
 	}
 	runSuite(t, postgresBackend)
 }
+
+func TestMySQL(t *testing.T) {
+	if os.Getenv(testdb.MySQLEnv) == "" {
+		t.Skipf("%s is not set: skipping the MariaDB/MySQL lock store", testdb.MySQLEnv)
+	}
+	runSuite(t, mysqlBackend)
+}
+
+// mysqlBackend runs each test in a database of its own and gives each store
+// its own pool on it.
+var mysqlBackend = backend{name: "mysql", open: func(t testing.TB) func(t testing.TB) lock.Store {
+	u := testdb.MySQL(t)
+	first := openSQL(t, u, true)
+	return func(t testing.TB) lock.Store {
+		if first != nil {
+			s := first
+			first = nil
+			return s
+		}
+		return openSQL(t, u, false)
+	}
+}, proxied: func(t testing.TB) (lock.Store, lock.Store, *proxy) {
+	u := testdb.MySQL(t)
+	direct := openSQL(t, u, true)
+	cut, p := postgresProxied(t, u)
+	return direct, cut, p
+}}
 
 func unique() string {
 	var b [6]byte
@@ -76,8 +104,8 @@ var postgresBackend = backend{name: "postgres", open: func(t testing.TB) func(t 
 	return direct, cut, p
 }}
 
-// postgresProxied opens a store on the test's schema through a proxy the
-// test can cut.
+// postgresProxied opens a store on the test's schema (or MariaDB database)
+// through a proxy the test can cut.
 func postgresProxied(t testing.TB, u string) (lock.Store, *proxy) {
 	pu, err := url.Parse(u)
 	if err != nil {

@@ -7,7 +7,8 @@ import (
 )
 
 // ApplyLocks creates the lock store's table (sqlinbox_locks) if it does not
-// exist, on Postgres or SQLite. Apply it at every start, before lock.NewSQL.
+// exist, on Postgres, SQLite, MariaDB or MySQL. Apply it at every start,
+// before lock.NewSQL.
 func ApplyLocks(ctx context.Context, db *sql.DB) error {
 	return run(ctx, db, "lock.sql", strings.NewReplacer())
 }

@@ -78,3 +78,39 @@ func prunePlan(t *testing.T, url string) {
 		t.Errorf("%s: the prune does not use the moment index:\n%s", url, plan.String())
 	}
 }
+
+// TestMySQLLocks: the lock table on MariaDB/MySQL applies twice, is InnoDB
+// (row locks and transactions, which the acquisition needs), compares names
+// byte for byte, and its fence counter row is kept, not reset, by a second
+// apply.
+func TestMySQLLocks(t *testing.T) {
+	db := testdb.Open(t, testdb.MySQL(t))
+	ctx := context.Background()
+	if err := migrations.ApplyLocks(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "UPDATE sqlinbox_locks_fence SET fence = 41 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.ApplyLocks(ctx, db); err != nil {
+		t.Fatalf("second apply: %v", err)
+	}
+	var fence int64
+	if err := db.QueryRowContext(ctx, "SELECT fence FROM sqlinbox_locks_fence WHERE id = 1").Scan(&fence); err != nil || fence != 41 {
+		t.Fatalf("fence counter after a second apply: %d, %v; want 41 kept", fence, err)
+	}
+	for _, table := range []string{"sqlinbox_locks", "sqlinbox_locks_fence"} {
+		var engine string
+		if err := db.QueryRowContext(ctx, "SELECT engine FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?", table).Scan(&engine); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.EqualFold(engine, "InnoDB") {
+			t.Errorf("%s is %s, want InnoDB", table, engine)
+		}
+	}
+	for _, name := range []string{"Job", "job"} {
+		if _, err := db.ExecContext(ctx, "INSERT INTO sqlinbox_locks (namespace, name, slot, token, fence, expires_at) VALUES ('ns', ?, 0, 't', 1, UTC_TIMESTAMP(6))", name); err != nil {
+			t.Fatalf("names differing in case only must be two locks: %v", err)
+		}
+	}
+}

@@ -5,7 +5,9 @@ import (
 	"reflect"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 var placeholder = regexp.MustCompile(`[$?](\d+)`)
@@ -44,6 +46,10 @@ func checkCalls(t *testing.T, where string, stmts any) {
 	for i := range s.NumField() {
 		field := s.Type().Field(i).Name
 		stmt := s.Field(i)
+		if !stmt.MethodByName("SQL").IsValid() { // a group of statements (LockSQL.MySQL)
+			checkCalls(t, where+": "+field, stmt.Interface())
+			continue
+		}
 		sql := stmt.MethodByName("SQL").Call(nil)[0].String()
 		if sql == "" {
 			continue
@@ -96,6 +102,23 @@ func TestPublishCallMatchesItsParameters(t *testing.T) {
 func TestLockCallsMatchTheirParameters(t *testing.T) {
 	for _, kind := range []Kind{SQLite, Postgres} {
 		checkCalls(t, kind.String(), Of(kind).Lock())
+	}
+	// MySQL's ? are not numbered: its calls are checked by count, against
+	// the $n text they were written in (the order each Call reorders to).
+	l := Of(MySQL).Lock()
+	for what, c := range map[string]Call{
+		"Extend":   l.Extend.Call("ns", "n", 0, "s", time.Time{}, time.Second),
+		"Release":  l.Release.Call("ns", "n", 0, "s", "", time.Time{}),
+		"Sweep":    l.Sweep.Call(time.Time{}),
+		"Places":   l.MySQL.Places.Call("ns", "n", 1),
+		"Take":     l.MySQL.Take.Call("ns", "n", 0, "s", time.Time{}),
+		"Insert":   l.MySQL.Insert.Call("ns", "n", 0, "s", time.Time{}),
+		"Draw":     l.MySQL.Draw.Call(),
+		"SetFence": l.MySQL.SetFence.Call("ns", "n", 0, 1),
+	} {
+		if n := strings.Count(c.SQL, "?"); n != len(c.Args) {
+			t.Errorf("mysql %s reads %d parameters, its Call gives %d\n%s", what, n, len(c.Args), c.SQL)
+		}
 	}
 }
 

@@ -2,7 +2,8 @@ package dialect
 
 import "strconv"
 
-// The statements of the lock store (lock/), both dialects, in one place.
+// The statements of the lock store (lock/), every dialect, in one place
+// (MariaDB's and MySQL's acquisition in lockmysql.go).
 //
 // The table (migrations/*/lock.sql) keeps one row per held place, primary key
 // (namespace, name, slot) with slot below the caller's max holders, so the
@@ -73,11 +74,21 @@ type LockSQL struct {
 	// Probe reads at most one row of the table: the store's check that the
 	// table is there and readable.
 	Probe PlainSQL
+	// MySQL is the acquisition's statements on MariaDB and MySQL (zero
+	// elsewhere), where Acquire and Nearest are "" and Extend, Release and
+	// Sweep answer rows affected (and Extend its fence as LastInsertId), not
+	// rows.
+	MySQL MySQLLockSQL
 }
 
 // Lock writes the lock store's statements.
 func (d *Dialect) Lock() LockSQL {
 	x := func(sql string) text { return text{sql: sql, kind: d.Kind} }
+	if d.Kind == MySQL {
+		s := LockSQL{Probe: PlainSQL{x("SELECT COUNT(*) FROM (SELECT 1 FROM " + LockTable + " LIMIT 1) AS t")}}
+		d.mysqlLock(&s, func(sql string) text { return d.text(sql, Times{}) })
+		return s
+	}
 	s := LockSQL{
 		Acquire: LockAcquireSQL{x(d.lockAcquire())},
 		Extend:  LockExtendSQL{x(d.lockExtend())},

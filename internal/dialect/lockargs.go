@@ -5,7 +5,8 @@ import "time"
 // The lock store's statements, each a type whose Call takes its parameters
 // by name and type (see Call) and writes them as the engine reads them:
 // Postgres takes durations in microseconds and runs on its own clock;
-// SQLite takes now and durations in Unix milliseconds.
+// SQLite takes now and durations in Unix milliseconds; MariaDB and MySQL
+// take now and expiries as UTC times.
 
 // LockAcquireSQL takes a free place (see LockSQL.Acquire).
 type LockAcquireSQL struct{ text }
@@ -35,8 +36,11 @@ type LockExtendSQL struct{ text }
 // Call makes place slot of lock (namespace, name), held with secret, last
 // ttl from now (Postgres ignores now: it runs on its own clock).
 func (s LockExtendSQL) Call(namespace, name string, slot int, secret string, now time.Time, ttl time.Duration) Call {
-	if s.kind == Postgres {
+	switch s.kind {
+	case Postgres:
 		return s.call(namespace, name, slot, secret, ttl.Microseconds())
+	case MySQL:
+		return s.call(namespace, name, slot, secret, MySQLTime(now), MySQLTime(now.Add(ttl)))
 	}
 	return s.call(namespace, name, slot, secret, ttl.Milliseconds(), now.UnixMilli())
 }
@@ -47,8 +51,11 @@ type LockReleaseSQL struct{ text }
 // Call frees place slot of lock (namespace, name), held with secret, live
 // at now. Postgres ignores now and notifies wakeKey; SQLite ignores wakeKey.
 func (s LockReleaseSQL) Call(namespace, name string, slot int, secret, wakeKey string, now time.Time) Call {
-	if s.kind == Postgres {
+	switch s.kind {
+	case Postgres:
 		return s.call(namespace, name, slot, secret, wakeKey)
+	case MySQL:
+		return s.call(namespace, name, slot, secret, MySQLTime(now))
 	}
 	return s.call(namespace, name, slot, secret, now.UnixMilli())
 }
@@ -58,8 +65,11 @@ type LockSweepSQL struct{ text }
 
 // Call deletes a batch of holds ended by now (Postgres ignores now).
 func (s LockSweepSQL) Call(now time.Time) Call {
-	if s.kind == Postgres {
+	switch s.kind {
+	case Postgres:
 		return s.call()
+	case MySQL:
+		return s.call(MySQLTime(now))
 	}
 	return s.call(now.UnixMilli())
 }

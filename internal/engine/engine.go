@@ -113,6 +113,10 @@ type Engine struct {
 	stats   *Counters
 	guard   overrunGuard
 	every   time.Duration // a lease's extension period
+	// outage is set while the claim loop backs off from a failure: a
+	// settlement that succeeds meanwhile clears it, and the loop, told as a
+	// settlement ends, claims at once (the database answers again).
+	outage atomic.Bool
 }
 
 // New returns the engine of cfg.

@@ -147,6 +147,9 @@ func (l *loop) run(ctx context.Context) {
 	for {
 		l.free += int(l.w.freed.Swap(0))
 		l.settling = int(l.w.settling.Load())
+		if l.backingOff && !l.e.outage.Load() {
+			l.endBackoff() // a settlement succeeded
+		}
 		l.startSpare()
 		l.claimMore()
 		if l.stopping && l.inflight == 0 {
@@ -361,6 +364,7 @@ func (l *loop) onFailure(err error, sent time.Time) {
 	// claim at the backoff's end is the one it asks for.
 	l.backedOff++
 	l.idle, l.backingOff = true, true
+	l.e.outage.Store(true)
 	l.rearm(min(MinFailWait<<min(l.backedOff-1, 9), MaxFailWait))
 }
 
@@ -382,6 +386,7 @@ func (l *loop) endBackoff() {
 	}
 	l.unpark()
 	l.backingOff, l.idle, l.pollArmed = false, false, false
+	l.e.outage.Store(false)
 	if l.poll != nil {
 		l.poll.Stop()
 	}
@@ -406,7 +411,11 @@ func (l *loop) onWake() {
 // onPoll is like a wake: a claim in flight now may have started too early
 // to see what the poll is for. It also ends a failure's backoff.
 func (l *loop) onPoll() {
-	l.pollArmed, l.backingOff = false, false
+	if l.backingOff {
+		l.backingOff = false
+		l.e.outage.Store(false)
+	}
+	l.pollArmed = false
 	l.wakeGen++
 	l.idle = false
 }

@@ -123,3 +123,78 @@ func TestWakeEndsTheBackoff(t *testing.T) {
 		t.Fatalf("the claim after a wake came %v after it: the wake waited for the backoff (1.6s)", after)
 	}
 }
+
+// blockedAck is a row whose ack waits for release.
+type blockedAck struct {
+	contract.Settler
+	release chan struct{}
+}
+
+func (a blockedAck) Ack(context.Context) error { <-a.release; return nil }
+
+// settleClaimer gives one row whose ack waits, then fails its claims.
+type settleClaimer struct {
+	failingClaimer
+	row *contract.Job
+}
+
+func (c *settleClaimer) Claim(ctx context.Context, max int) ([]*contract.Job, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.claims = append(c.claims, time.Now())
+	switch n := len(c.claims); {
+	case n == 1:
+		return []*contract.Job{c.row}, nil
+	case n <= 6:
+		return nil, c.err
+	}
+	return nil, nil
+}
+
+// A settlement that succeeds during a failure's backoff says the database
+// answers again: the backoff ends and the next claim goes out at once.
+func TestSettlementEndsTheBackoff(t *testing.T) {
+	release := make(chan struct{})
+	c := &settleClaimer{failingClaimer: failingClaimer{err: errors.New("relation \"jobs\" does not exist")},
+		row: &contract.Job{ID: 1, Attempts: 1, Settler: blockedAck{release: release}}}
+	log := notedLog{Handler: slog.DiscardHandler, errs: make(chan string, 16)}
+	wakes, events := runEngineWith(t, c, func(error) bool { return false }, 2, 4, slog.New(log))
+	wakes <- struct{}{} // the row's claim came back short: a wake claims again
+	for i := 0; i < 5; i++ {
+		select {
+		case <-log.errs:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d failed claims logged within 10s, want 5", i)
+		}
+	}
+	// The fifth failure's backoff (1.6 s) is under way; the ack succeeds.
+	acked := time.Now()
+	close(release)
+	select {
+	case <-events:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the row was not acked within 10s")
+	}
+	for i := 0; ; i++ {
+		c.mu.Lock()
+		n := len(c.claims)
+		c.mu.Unlock()
+		if n >= 7 {
+			break
+		}
+		select {
+		case <-log.errs: // the sixth claim failed: wait for the seventh
+		case <-time.After(10 * time.Millisecond):
+		}
+		if i > 1000 {
+			t.Fatal("no claim after the ack within 10s")
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	after := c.claims[6].Sub(acked)
+	t.Logf("an ack 1.6 s into a backoff: the next claim came %v after it", after)
+	if after > 800*time.Millisecond {
+		t.Fatalf("the claim after a successful ack came %v after it: the backoff (1.6s) ran on", after)
+	}
+}

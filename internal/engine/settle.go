@@ -30,6 +30,8 @@ func (e *Engine) settleHandling(h *handling) {
 	h.ev.Outcome, serr = e.settle(h.j, h.err, h.lost)
 	if h.ev.Outcome == inboxtype.Failed {
 		h.ev.Err = errors.Join(h.ev.Err, serr)
+	} else if serr == nil && e.outage.Load() {
+		e.outage.Store(false)
 	}
 	e.report(&h.ev)
 }
@@ -44,6 +46,9 @@ func (e *Engine) reportAck(h *handling, err error) {
 		}
 	} else {
 		e.stats.acked.Add(1)
+		if e.outage.Load() {
+			e.outage.Store(false)
+		}
 	}
 	e.report(&h.ev)
 }

@@ -44,11 +44,12 @@ func (ackStub) Ack(context.Context) error { return nil }
 // runEngine runs an engine over c with a poll of an hour until the test
 // ends, and returns its wakes and its events.
 func runEngine(t *testing.T, c contract.Claimer, unreachable func(error) bool) (wakes chan struct{}, events chan inboxtype.Event) {
-	return runEngineWith(t, c, unreachable, 2, 4, slog.New(slog.DiscardHandler))
+	return runEngineWith(t, c, unreachable, unreachable, 2, 4, slog.New(slog.DiscardHandler))
 }
 
-// runEngineWith is runEngine with workers, connections and a logger.
-func runEngineWith(t *testing.T, c contract.Claimer, unreachable func(error) bool, workers, conns int, log *slog.Logger) (wakes chan struct{}, events chan inboxtype.Event) {
+// runEngineWith is runEngine with its own dead-connection test, workers,
+// connections and logger.
+func runEngineWith(t *testing.T, c contract.Claimer, unreachable, deadConn func(error) bool, workers, conns int, log *slog.Logger) (wakes chan struct{}, events chan inboxtype.Event) {
 	wakes, events = make(chan struct{}, 1), make(chan inboxtype.Event, 64)
 	clk := clock.Host{}
 	e := New(Config{Name: "test", Table: "jobs", Workers: workers, MaxAttempts: 25, Lease: time.Minute, Timeout: time.Minute,
@@ -56,7 +57,7 @@ func runEngineWith(t *testing.T, c contract.Claimer, unreachable func(error) boo
 		Counters: &Counters{}, Idle: NewIdle(clk), Callbacks: Callbacks{
 			Handle: func(context.Context, *contract.Job) error { return nil }, Prepare: func(*contract.Job) {},
 			ErrorVerdict: func(error) (Verdict, time.Duration) { return Retry, 0 },
-			Observe:      func(ev inboxtype.Event) { events <- ev }, Unreachable: unreachable, DeadConn: unreachable}})
+			Observe:      func(ev inboxtype.Event) { events <- ev }, Unreachable: unreachable, DeadConn: deadConn}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { e.Run(ctx); close(done) }()

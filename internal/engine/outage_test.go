@@ -49,12 +49,13 @@ func (c *outageClaimer) Claim(ctx context.Context, max int) ([]*contract.Job, er
 	return nil, nil
 }
 
-// An outage fails the 8 claims in flight at once: that is one failure for
+// An outage (connections refused: no dead connection to replace) fails
+// the 8 claims in flight at once: that is one failure for
 // the backoff, not eight, so after a 1.5 s outage claims resume within
 // the backoff's step then (100+200+400+800 ms), not at its 30 s cap.
 func TestOneOutageStepsTheBackoffOnce(t *testing.T) {
 	c := &outageClaimer{up: make(chan struct{})}
-	_, events := runEngineWith(t, c, func(error) bool { return true }, 8, 8, slog.New(slog.DiscardHandler))
+	_, events := runEngineWith(t, c, func(error) bool { return true }, func(error) bool { return false }, 8, 8, slog.New(slog.DiscardHandler))
 	time.AfterFunc(1500*time.Millisecond, func() { close(c.up) })
 	<-time.After(1500 * time.Millisecond)
 	back := time.Now()
@@ -95,7 +96,7 @@ func (h notedLog) Handle(_ context.Context, r slog.Record) error {
 func TestWakeEndsTheBackoff(t *testing.T) {
 	c := &failingClaimer{fails: 5, err: errors.New("relation \"jobs\" does not exist")}
 	log := notedLog{Handler: slog.DiscardHandler, errs: make(chan string, 16)}
-	wakes, events := runEngineWith(t, c, func(error) bool { return false }, 2, 4, slog.New(log))
+	wakes, events := runEngineWith(t, c, func(error) bool { return false }, func(error) bool { return false }, 2, 4, slog.New(log))
 	for i := 0; i < 5; i++ {
 		select {
 		case msg := <-log.errs:
@@ -158,7 +159,7 @@ func TestSettlementEndsTheBackoff(t *testing.T) {
 	c := &settleClaimer{failingClaimer: failingClaimer{err: errors.New("relation \"jobs\" does not exist")},
 		row: &contract.Job{ID: 1, Attempts: 1, Settler: blockedAck{release: release}}}
 	log := notedLog{Handler: slog.DiscardHandler, errs: make(chan string, 16)}
-	wakes, events := runEngineWith(t, c, func(error) bool { return false }, 2, 4, slog.New(log))
+	wakes, events := runEngineWith(t, c, func(error) bool { return false }, func(error) bool { return false }, 2, 4, slog.New(log))
 	wakes <- struct{}{} // the row's claim came back short: a wake claims again
 	for i := 0; i < 5; i++ {
 		select {

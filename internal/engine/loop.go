@@ -350,7 +350,8 @@ func (l *loop) onFailure(err error, sent time.Time) {
 	}
 	l.failSeen = e.cfg.Clock.Now()
 	if msg := err.Error(); !e.cfg.Unreachable(err) || msg != l.lastErr {
-		e.logger().Error("inbox: claim failed; retrying with backoff", "table", e.cfg.Table, "err", err, "failures", l.failures)
+		// Logged once the loop's state says what follows the failure.
+		defer e.logger().Error("inbox: claim failed; retrying with backoff", "table", e.cfg.Table, "err", err, "failures", l.failures)
 		l.lastErr = msg
 	}
 	if e.cfg.DeadConn(err) && l.retriedAtOnce <= e.cfg.Conns {

@@ -40,29 +40,7 @@ func TestEveryConnectionTerminated(t *testing.T) {
 			// Rows arrive all along, each announced as a publish would.
 			var mu sync.Mutex
 			written := map[int64]time.Time{}
-			stop := make(chan struct{})
-			stopped := make(chan struct{})
-			go func() {
-				defer close(stopped)
-				tick := time.NewTicker(10 * time.Millisecond)
-				defer tick.Stop()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-tick.C:
-					}
-					var id int64
-					if err := producer.DB().QueryRow("INSERT INTO " + table + " (payload) VALUES ('p') RETURNING id").Scan(&id); err != nil {
-						t.Error(err)
-						return
-					}
-					mu.Lock()
-					written[id] = time.Now()
-					mu.Unlock()
-					b.Wake(table, "")
-				}
-			}()
+			stop := produceEvery10ms(t, producer, b, table, &mu, written)
 			ev.Wait("rows flowing", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) >= 20 })
 
 			var n int
@@ -99,8 +77,7 @@ func TestEveryConnectionTerminated(t *testing.T) {
 			if resumed > 10*time.Second {
 				t.Errorf("handling resumed %v after every connection was terminated; want within 1.5s (fails past 10s)", resumed)
 			}
-			close(stop)
-			<-stopped
+			stop()
 			mu.Lock()
 			total := len(written)
 			mu.Unlock()
@@ -167,5 +144,37 @@ func TestSettlementOnADeadConnectionSentAgain(t *testing.T) {
 				t.Fatalf("stats %+v, want no failed settlement", s)
 			}
 		})
+	}
+}
+
+// produceEvery10ms writes a row into table through producer every 10 ms,
+// waking b's subscriptions, and notes each row's write time in written
+// under mu, until the stop it returns is called.
+func produceEvery10ms(t *testing.T, producer, b *inbox.Broker, table string, mu *sync.Mutex, written map[int64]time.Time) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			var id int64
+			if err := producer.DB().QueryRow("INSERT INTO " + table + " (payload) VALUES ('p') RETURNING id").Scan(&id); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			written[id] = time.Now()
+			mu.Unlock()
+			b.Wake(table, "")
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
 	}
 }

@@ -78,28 +78,7 @@ func TestReadOnlyNodeThenWritable(t *testing.T) {
 
 	var mu sync.Mutex
 	written := map[int64]time.Time{}
-	stop, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			var id int64
-			if err := producer.DB().QueryRow("INSERT INTO " + table + " (payload) VALUES ('p') RETURNING id").Scan(&id); err != nil {
-				t.Error(err)
-				return
-			}
-			mu.Lock()
-			written[id] = time.Now()
-			mu.Unlock()
-			b.Wake(table, "")
-		}
-	}()
+	stop := produceEvery10ms(t, producer, b, table, &mu, written)
 	ev.Wait("rows flowing", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) >= 20 })
 
 	// Read-only: new sessions of the role are; the service's are ended.
@@ -141,8 +120,7 @@ func TestReadOnlyNodeThenWritable(t *testing.T) {
 	if resumed > 10*time.Second {
 		t.Errorf("handling resumed %v after the node took writes again; want within a few seconds (fails past 10s)", resumed)
 	}
-	close(stop)
-	<-stopped
+	stop()
 	eventually(t, "every row gone", func() bool {
 		var n int
 		return producer.DB().QueryRow("SELECT count(*) FROM "+table).Scan(&n) == nil && n == 0

@@ -70,6 +70,9 @@ func main() {
 	publishOnly := flag.Bool("publish-only", false, "run only the publish runs")
 	procsChart := flag.String("procs-chart", "", "also write the instance sweep's panel alone to this PNG")
 	procs := flag.String("procs", "2,4,8", "Postgres instance sweep: process counts, each runner's headline workers split among them (empty: none)")
+	latency := flag.String("latency", "", "run only the latency sweep on Postgres: delays added each way by an in-process Toxiproxy, e.g. 0,1ms,5ms (0: no proxy)")
+	latencyJobs := flag.Int("latency-jobs", 50000, "rows per drain of the latency sweep")
+	latencyRounds := flag.Int("latency-rounds", 1, "rounds of the latency sweep, sqlinbox and River taking turns to go first")
 	if len(os.Args) > 1 && os.Args[1] == "child" {
 		childMain(os.Args[2:])
 		return
@@ -78,6 +81,16 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *latency != "" {
+		delays, err := parseDelays(*latency)
+		check(err)
+		if *pg == "" {
+			check(fmt.Errorf("--latency needs --pg"))
+		}
+		lr := latencyRun{pg: *pg, delays: delays, jobs: *latencyJobs, rounds: max(1, *latencyRounds), instances: *instances, workers: *workers, river: *riverWorkers}
+		latencyReport(lr, lr.run(ctx))
+		return
+	}
 	var rows []row
 	add := func(r row, err error) {
 		if err != nil {
@@ -148,7 +161,7 @@ func main() {
 				}
 			}
 		}
-		// The floor: the lease form's statements in four bare loops of 100.
+		// The floor: four bare loops of a transaction a 100 rows.
 		{
 			first, err := benchkit.Fill(ctx, db, table, t.jobs)
 			check(err)
@@ -256,7 +269,7 @@ func report(rows []row) {
 		fmt.Printf("%s: %s / %s = %.2fx (target >= %.1fx: %s)\n", db, a, b, x/y, want, verdict)
 	}
 	ratio("postgres", "sqlinbox/lease", "river", 3)
-	ratio("postgres", "sqlinbox/lease", "floor", 1)
+	ratio("postgres", "sqlinbox/lease", "floor", 0.8)
 	ratio("sqlite", "sqlinbox/lease", "river", 20)
 	ratio("sqlite", "sqlinbox/lease", "floor", 0.5)
 	bad := int64(0)

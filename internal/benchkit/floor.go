@@ -5,38 +5,52 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
 
-// LeaseSQL is the lease form's claim and ack statements on the reference
-// table as Row claims it: the very text the library sends.
-func LeaseSQL(d *dialect.Dialect, table string) (dialect.InboxSQL, dialect.Times) {
-	t := dialect.Table{
-		Name:        dialect.Quote(table),
-		ID:          `"id"`,
-		LockedUntil: `"locked_until"`,
-		Attempts:    `"attempts"`,
-		Columns:     []string{`"payload"`},
-	}
-	tm := dialect.Times{Kind: d.Kind, Encoding: dialect.EncodingFor(d.Kind, "DATETIME")}
-	return d.Inbox(t, tm), tm
-}
-
-// Floor drains table with the lease form's own claim and ack statements in
-// bare loops: each loop claims batch rows, then acks them one statement a
-// row, until a claim comes back empty. No subscription, no handler
-// goroutines, no settler objects: what the database alone costs.
+// Floor drains table the way a user of bare SQL would write a batch worker:
+// loops goroutines, each repeating one transaction a batch that selects
+// the first batch rows in id order, locked (Postgres and MySQL: FOR UPDATE
+// SKIP LOCKED; SQLite: BEGIN IMMEDIATE), handles each, deletes them in one
+// statement and commits, until a select comes back empty. No lease, no
+// handler goroutines, no group commit: one commit a batch, what the
+// database alone costs. It walks the key from the table's start every
+// time, as such a loop does: the index entries of rows deleted before are
+// skipped cheaply once a scan has marked them dead (EXPLAIN (ANALYZE,
+// BUFFERS) after 100,000 of 200,000 rows deleted: 279 index buffers, 0.3
+// ms), so the walk stays cheap for a backlog of this size.
 func Floor(ctx context.Context, db *sql.DB, table string, loops, batch int, tr *Tracker) (Result, error) {
 	d, err := dialect.Detect(db)
 	if err != nil {
 		return Result{}, err
 	}
-	s, _ := LeaseSQL(d, table)
-	const lease = 30 * time.Second
+	q := d.Quote(table)
+	sel := "SELECT id, payload FROM " + q + " ORDER BY id LIMIT " + strconv.Itoa(batch)
+	if d.Kind != dialect.SQLite {
+		sel += " FOR UPDATE SKIP LOCKED"
+	}
+	del := func(ids []int64) (string, []any) {
+		if d.Kind == dialect.Postgres {
+			return "DELETE FROM " + q + " WHERE id = ANY($1)", []any{ids}
+		}
+		var b strings.Builder
+		args := make([]any, len(ids))
+		b.WriteString("DELETE FROM " + q + " WHERE id IN (")
+		for i, id := range ids {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteByte('?')
+			args[i] = id
+		}
+		b.WriteByte(')')
+		return b.String(), args
+	}
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
@@ -55,49 +69,25 @@ func Floor(ctx context.Context, db *sql.DB, table string, loops, batch int, tr *
 				mu.Unlock()
 			}()
 			for ctx.Err() == nil {
-				now := time.Now()
-				fence := now.Add(lease) // the lease the claim writes (host clock)
-				claim := s.ClaimLease.Call(now, lease, batch, nil, math.MinInt64)
-				rows, err := db.QueryContext(ctx, claim.SQL, claim.Args...)
+				tx, err := db.BeginTx(ctx, nil)
 				if err != nil {
-					fail(fmt.Errorf("floor claim: %w", err))
+					fail(fmt.Errorf("floor begin: %w", err))
 					return
 				}
 				n++
-				ids = ids[:0]
-				for rows.Next() {
-					var (
-						id      int64
-						lu      any
-						att     int64
-						payload []byte
-					)
-					if err := rows.Scan(&id, &lu, &att, &payload); err != nil {
-						rows.Close()
-						fail(err)
-						return
-					}
-					ids = append(ids, id)
-				}
-				if err := rows.Close(); err != nil {
+				more, err := floorBatch(ctx, tx, sel, del, ids[:0], tr)
+				if err != nil {
+					tx.Rollback()
 					fail(err)
 					return
 				}
-				if len(ids) == 0 {
+				if !more {
+					tx.Rollback()
 					return
 				}
-				for _, id := range ids {
-					tr.Handle(id)
-					ack := s.Ack.Call(id, fence)
-					res, err := db.ExecContext(ctx, ack.SQL, ack.Args...)
-					if err != nil {
-						fail(fmt.Errorf("floor ack: %w", err))
-						return
-					}
-					if k, _ := res.RowsAffected(); k != 1 {
-						fail(fmt.Errorf("floor ack of row %d deleted %d rows", id, k))
-						return
-					}
+				if err := tx.Commit(); err != nil {
+					fail(fmt.Errorf("floor commit: %w", err))
+					return
 				}
 			}
 		})
@@ -109,6 +99,45 @@ func Floor(ctx context.Context, db *sql.DB, table string, loops, batch int, tr *
 	}
 	handled := tr.Handled()
 	return Result{Seconds: took.Seconds(), JobsPerSec: float64(handled) / took.Seconds(), Claims: claims, MachineCPU: cpu}, ctx.Err()
+}
+
+// floorBatch is one transaction of Floor less its commit: it selects and
+// locks a batch, handles each row and deletes them all. It reports false
+// when the select found nothing.
+func floorBatch(ctx context.Context, tx *sql.Tx, sel string, del func([]int64) (string, []any), ids []int64, tr *Tracker) (bool, error) {
+	rows, err := tx.QueryContext(ctx, sel)
+	if err != nil {
+		return false, fmt.Errorf("floor select: %w", err)
+	}
+	for rows.Next() {
+		var (
+			id      int64
+			payload []byte
+		)
+		if err := rows.Scan(&id, &payload); err != nil {
+			rows.Close()
+			return false, fmt.Errorf("floor select: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Close(); err != nil {
+		return false, fmt.Errorf("floor select: %w", err)
+	}
+	if len(ids) == 0 {
+		return false, nil
+	}
+	for _, id := range ids {
+		tr.Handle(id)
+	}
+	stmt, args := del(ids)
+	res, err := tx.ExecContext(ctx, stmt, args...)
+	if err != nil {
+		return false, fmt.Errorf("floor delete: %w", err)
+	}
+	if k, _ := res.RowsAffected(); k != int64(len(ids)) {
+		return false, fmt.Errorf("floor delete of %d rows deleted %d", len(ids), k)
+	}
+	return true, nil
 }
 
 // TxFloor drains table the way the row-lock form's bare SQL would: loops

@@ -99,7 +99,7 @@ func NewInstance(name, url string, q inbox.Queue[RenderInvoice], outDir string, 
 }
 
 // NewService makes instance name's invoice service of queue q on broker b, the tables
-// created at start: render with four workers, each rendered invoice then
+// (and the registry's) created at start, registered: render with four workers, each rendered invoice then
 // queued to send (keyed, so it is queued once while it waits); and send
 // with two workers, each send recorded in SentTable in the transaction of
 // its ack. The slow render runs outside any transaction: on SQLite a
@@ -111,6 +111,12 @@ func NewService(name string, b *inbox.Broker, q inbox.Queue[RenderInvoice], rend
 	svc := inbox.NewService("invoices", "1.0.0", b)
 	svc.Signals = false
 	svc.OnStart(func(ctx context.Context) error { return Migrate(ctx, b.DB()) })
+	// Registered, so `inbox queues` and `inbox dashboard` on the same
+	// database show the queues and their instances while they run.
+	svc.OnStart(func(ctx context.Context) error { return migrations.ApplyRegistry(ctx, b.DB()) })
+	if err := svc.Register(); err != nil {
+		return nil, nil, err
+	}
 	sends := SendQueue
 	if g := q.GroupName(); g != "" {
 		sends = sends.Group(g)

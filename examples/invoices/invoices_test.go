@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -192,7 +193,7 @@ func TestDemoSharesWorkAndTouchesOnlyItsRows(t *testing.T) {
 				t.Fatal(err)
 			}
 			var out strings.Builder
-			per, err := demo(ctx, url, 20, &out)
+			per, err := demo(ctx, url, 20, false, &out)
 			if err != nil {
 				t.Fatalf("%v\n%s", err, out.String())
 			}
@@ -207,5 +208,50 @@ func TestDemoSharesWorkAndTouchesOnlyItsRows(t *testing.T) {
 				t.Fatalf("the row the demo did not write was touched (%d left as it was)", left)
 			}
 		})
+	}
+}
+
+// The instances register themselves (the registry's tables made at start),
+// so `inbox queues` and `inbox dashboard` on the same database show the
+// invoice queues and both instances as soon as they start.
+func TestInstancesShowInTheRegistry(t *testing.T) {
+	url := "sqlite://" + t.TempDir() + "/invoices.db"
+	var ins []*Instance
+	for _, name := range []string{"a", "b"} {
+		in, err := NewInstance(name, url, Queue.Group("eu"), t.TempDir(), make(chan Rendered, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ins = append(ins, in)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	started, stopped := Run(ctx, ins...)
+	select {
+	case <-started:
+	case err := <-stopped:
+		t.Fatalf("instances did not start: %v", err)
+	case <-time.After(inboxtest.Timeout):
+		t.Fatal("instances did not start in time")
+	}
+	operator, err := inbox.Open(url) // the command line's own pool
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer operator.Close()
+	qs, err := inbox.NewOperator(operator).Queues(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, q := range qs {
+		got[q.Table+"/"+q.Group] = q.Instances
+	}
+	if want := map[string]int{Table + "/eu": 2, SendTable + "/eu": 2}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("registered queues (instances of each) %v, want %v", got, want)
+	}
+	cancel()
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
 	}
 }

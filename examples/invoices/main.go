@@ -7,6 +7,13 @@
 //
 //	go run ./examples/invoices                           # embedded SQLite file in a temp dir
 //	go run ./examples/invoices --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+//
+// The instances register themselves, so the inbox command on the same
+// database shows the queues and both instances while they run; --stay keeps
+// them running after the demo, until interrupted:
+//
+//	go run ./examples/invoices --db sqlite:///tmp/invoices.db --stay
+//	go run ./cmd/inbox dashboard --db sqlite:///tmp/invoices.db
 package main
 
 import (
@@ -27,10 +34,11 @@ import (
 func main() {
 	dbURL := flag.String("db", "", "database URL (postgres://..., mysql://... or sqlite://...); default: a SQLite file in a temp dir")
 	count := flag.Int("invoices", 20, "how many invoices the shop writes")
+	stay := flag.Bool("stay", false, "keep both instances running after the demo, until interrupted (to watch them with inbox queues or inbox dashboard)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if _, err := demo(ctx, *dbURL, *count, os.Stdout); err != nil {
+	if _, err := demo(ctx, *dbURL, *count, *stay, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "invoices:", err)
 		os.Exit(1)
 	}
@@ -39,8 +47,8 @@ func main() {
 // demo runs two instances on url (a SQLite file in a temp dir when empty),
 // writes count invoices of a group of its own, and returns how many each
 // instance rendered once all are rendered, each once, and sent, each
-// recorded once.
-func demo(ctx context.Context, url string, count int, out io.Writer) (map[string]int, error) {
+// recorded once (with stay, once ctx ends after that).
+func demo(ctx context.Context, url string, count int, stay bool, out io.Writer) (map[string]int, error) {
 	outDir, err := os.MkdirTemp("", "invoices-")
 	if err != nil {
 		return nil, err
@@ -52,6 +60,7 @@ func demo(ctx context.Context, url string, count int, out io.Writer) (map[string
 	_, _ = rand.Read(tag[:])
 	group := "demo-" + hex.EncodeToString(tag[:])
 	fmt.Fprintf(out, "database: %s\nrendering into: %s\ngroup of this run: %s\n", url, outDir, group)
+	fmt.Fprintf(out, "watch the queues: go run ./cmd/inbox dashboard --db %s\n", url)
 
 	done := make(chan Rendered, count)
 	var instances []*Instance
@@ -116,6 +125,10 @@ func demo(ctx context.Context, url string, count int, out io.Writer) (map[string
 		}
 	}
 	elapsed := time.Since(start)
+	if stay {
+		fmt.Fprintln(out, "all invoices sent; the instances keep running until interrupted (Ctrl-C)")
+		<-ctx.Done()
+	}
 	cancel()
 	if err := <-stopped; err != nil {
 		return nil, err

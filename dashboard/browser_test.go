@@ -2,18 +2,48 @@ package dashboard_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/sqlinbox/sqlinbox/dashboard"
+	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
+	"github.com/sqlinbox/sqlinbox/migrations"
 )
+
+// browserDBs runs a browser test on SQLite, Postgres and MariaDB.
+func browserDBs(t *testing.T, f func(t *testing.T, url string)) {
+	eachDB(t, f)
+	t.Run("mysql", func(t *testing.T) { t.Parallel(); f(t, inboxtest.MySQL(t)) })
+}
+
+// click clicks sel and waits for the page it leads to: the old page's body
+// is marked first, so a wait cannot be met by the page the click left.
+func click(t *testing.T, ctx context.Context, what, sel string, then ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	steps := append([]chromedp.Action[chromedp.Void]{chromedp.Evaluate[chromedp.Void](`document.body.dataset.left = "1"`),
+		chromedp.Click(sel), chromedp.WaitNotPresent(`body[data-left]`), chromedp.WaitReady(`body`)}, then...)
+	do(t, ctx, what, steps...)
+}
+
+// text reads the text of the first node sel matches, in one script (a live
+// refresh may replace nodes between a query and a read); "" when none.
+func text(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(function(){ var n = document.querySelector(%q); return n ? n.textContent.trim() : "" })()`, sel)))
+	if err != nil {
+		t.Fatalf("read %s: %v", sel, err)
+	}
+	return got
+}
 
 // browser starts headless Chromium for the test. Without one it skips,
 // except in CI (CI set), where .ci/run installs it and a skip would hide a
@@ -88,7 +118,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 // payloads stay inert, unpark on a parked row gets it handled by the
 // running service, and pause stops the queue until resume.
 func TestBrowser(t *testing.T) {
-	eachDB(t, func(t *testing.T, dbURL string) {
+	browserDBs(t, func(t *testing.T, dbURL string) {
 		s := newSite(t, dbURL, dashboard.Refresh(liveRefresh))
 		ctx := browser(t)
 		id := s.publish("bad")
@@ -151,4 +181,174 @@ func TestBrowser(t *testing.T) {
 		s.waitHandled("while paused")
 		pwned(t, ctx)
 	})
+}
+
+// killed records in the registry what an instance killed an hour ago
+// leaves behind: its row and its subscription of table, whose heartbeat
+// nobody renews.
+func (s *site) killed(table string) {
+	s.t.Helper()
+	ctx := context.Background()
+	if err := migrations.Apply(ctx, s.b.DB(), table); err != nil {
+		s.t.Fatal(err)
+	}
+	roles, _ := json.Marshal(inbox.ReferenceRoles())
+	hourAgo := time.Now().Add(-time.Hour).UnixMilli()
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{"INSERT INTO sqlinbox_instances (id, service, version, host, pid, started_at, heartbeat_at, every_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+			[]any{"killed-1", "orders", "2.0.0", "host-b", 4242, hourAgo - 60000, hourAgo, 200}},
+		{"INSERT INTO sqlinbox_subscriptions (instance, position, name, table_name, group_name, form, workers, lease_ms, roles) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+			[]any{"killed-1", 0, table, table, "", "lease", 4, 30000, string(roles)}},
+	} {
+		if _, err := s.b.DB().Exec(s.rebind(q.sql), q.args...); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+}
+
+// delayed writes a row a day away with payload p and last error e ("" for
+// none), which the service leaves alone.
+func (s *site) delayed(p, e string) int64 {
+	s.t.Helper()
+	var lastErr any
+	if e != "" {
+		lastErr = e
+	}
+	if _, err := s.b.DB().Exec(s.rebind("INSERT INTO jobs (payload, locked_until, last_error) VALUES ($1, $2, $3)"), []byte(p), s.far(), lastErr); err != nil {
+		s.t.Fatal(err)
+	}
+	var id int64
+	if err := s.b.DB().QueryRow(s.rebind("SELECT max(id) FROM jobs WHERE payload = $1"), []byte(p)).Scan(&id); err != nil {
+		s.t.Fatal(err)
+	}
+	return id
+}
+
+// payloads are the payloads of the table's rows, in id order.
+func (s *site) payloads() []string {
+	s.t.Helper()
+	rows, err := s.b.DB().Query("SELECT payload FROM jobs ORDER BY id")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var p []byte
+		if err := rows.Scan(&p); err != nil {
+			s.t.Fatal(err)
+		}
+		out = append(out, string(p))
+	}
+	return out
+}
+
+// The dashboard never misleads: a queue nobody consumes says so; a bulk
+// action needs a filter and a confirmation of its count; an action keeps
+// the state the user chose; a row's id opens the row in full.
+func TestBrowserNeverMisleads(t *testing.T) {
+	browserDBs(t, func(t *testing.T, dbURL string) {
+		s := newSite(t, dbURL, dashboard.Refresh(liveRefresh))
+		ctx := browser(t)
+		s.killed("orders")
+		never := []int64{s.delayed("never failed 1", ""), s.delayed("never failed 2", ""), s.delayed("never failed 3", "")}
+		s.delayed("smtp 1", "smtp: timeout after 30s")
+		s.delayed("smtp 2", "smtp: timeout after 30s")
+
+		// The killed instance's queue: nothing consumes it, and the page
+		// says so; the live one runs.
+		do(t, ctx, "overview", chromedp.Navigate(s.url("")), chromedp.WaitVisible(`tr[data-queue="orders"]`))
+		if got := text(t, ctx, `tr[data-queue="orders"] td.state`); got != "no consumer" {
+			t.Errorf("a queue whose only instance was killed shows %q, want \"no consumer\"", got)
+		}
+		if got := text(t, ctx, `tr[data-queue="jobs"] td.state`); got != "running" {
+			t.Errorf("the consumed queue shows %q, want \"running\"", got)
+		}
+		click(t, ctx, "orders' page", `tr[data-queue="orders"] a`, chromedp.WaitVisible(`#no-consumer`))
+
+		// A bulk delete with the box left empty changes nothing.
+		do(t, ctx, "jobs' page", chromedp.Navigate(s.url("queue?table=jobs")), chromedp.WaitVisible(`#rows`))
+		click(t, ctx, "bulk delete, no filter", `#delete-matching`, chromedp.WaitVisible(`#flash`))
+		if got := s.payloads(); len(got) != 5 {
+			t.Fatalf("a bulk delete with an empty filter left %q, want the five rows", got)
+		}
+		if flash := text(t, ctx, `#flash.bad`); !strings.Contains(flash, "no filter given") {
+			t.Errorf("flash after an empty filter: %q, want it to say no filter was given", flash)
+		}
+		// With a filter, the count is asked for first, then only the
+		// matching rows go.
+		do(t, ctx, "type the filter", chromedp.SendKeys(`#error-contains`, "timeout"))
+		click(t, ctx, "bulk delete, filtered", `#delete-matching`, chromedp.WaitVisible(`#confirm`))
+		if got := text(t, ctx, `#confirm-count`); got != "2" {
+			t.Errorf("the confirmation states %q rows, want 2", got)
+		}
+		if got := s.payloads(); len(got) != 5 {
+			t.Fatalf("rows deleted before the confirmation: %q left", got)
+		}
+		screenshot(t, ctx, "dashboard-confirm")
+		click(t, ctx, "confirm", `#confirm`, chromedp.WaitVisible(`#flash`))
+		if got := text(t, ctx, `#flash`); got != "delete: 2 rows changed" {
+			t.Errorf("flash after the confirmed delete: %q", got)
+		}
+		if got := strings.Join(s.payloads(), ","); got != "never failed 1,never failed 2,never failed 3" {
+			t.Fatalf("after the confirmed delete the table holds %q, want the three rows that never failed", got)
+		}
+
+		// The state filter survives an action.
+		do(t, ctx, "choose delayed", chromedp.SetValue(`select[name=state]`, "delayed"))
+		click(t, ctx, "show delayed", `form[action="queue"] button`, chromedp.WaitVisible(`#rows`))
+		do(t, ctx, "tick a row", chromedp.Click(fmt.Sprintf(`tr[data-id="%d"] input[type=checkbox]`, never[0])))
+		click(t, ctx, "delete the ticked row", `#delete-selected`, chromedp.WaitVisible(`#flash`))
+		state, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('select[name=state]').value + " " + location.search`))
+		if err != nil || !strings.HasPrefix(state, "delayed ") || !strings.Contains(state, "state=delayed") {
+			t.Errorf("after an action the state filter reads %q (%v), want delayed kept", state, err)
+		}
+
+		// A row's id opens the row in full.
+		long := strings.Repeat("0123456789", 60) + "END"
+		id := s.delayed(long, "renderer: template <b>missing</b>\n\tat page 2")
+		do(t, ctx, "reload", chromedp.Navigate(s.url("queue?table=jobs")), chromedp.WaitVisible(`#rows`))
+		click(t, ctx, "open the row", fmt.Sprintf(`tr[data-id="%d"] a`, id), chromedp.WaitVisible(`#row`))
+		for sel, want := range map[string]string{
+			"#row-payload":    long,
+			"#row-last-error": "renderer: template <b>missing</b>\n\tat page 2",
+			"#row-attempts":   "0",
+			"#row-state":      "delayed",
+		} {
+			if got := text(t, ctx, sel); got != strings.TrimSpace(want) {
+				t.Errorf("row page %s: %q, want %q", sel, got, want)
+			}
+		}
+		if due := text(t, ctx, "#row-due"); !strings.HasPrefix(due, "in 23h59m") && !strings.HasPrefix(due, "in 24h") {
+			t.Errorf("row page due: %q, want in a day", due)
+		}
+		screenshot(t, ctx, "dashboard-row")
+		pwned(t, ctx)
+	})
+}
+
+// On a database without the registry, the overview says how to create it,
+// with no error banner.
+func TestBrowserWithoutRegistry(t *testing.T) {
+	b, err := inbox.Open(postgresOrSQLite(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	h, err := dashboard.New(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := newServer(t, h)
+	ctx := browser(t)
+	do(t, ctx, "overview", chromedp.Navigate(url), chromedp.WaitVisible(`#no-registry`))
+	if got := text(t, ctx, "#no-registry"); !strings.Contains(got, "inbox migrate-registry --db URL") || !strings.Contains(got, "migrations.ApplyRegistry") {
+		t.Errorf("the notice says %q, want how to create the registry", got)
+	}
+	if bad := text(t, ctx, ".flash.bad"); bad != "" {
+		t.Errorf("an error banner on a database without the registry: %q", bad)
+	}
 }

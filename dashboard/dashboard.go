@@ -35,6 +35,7 @@ import (
 
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/internal/config"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
 
 // Option configures New. A value out of its bound makes New fail with an
@@ -117,6 +118,7 @@ var staticFiles embed.FS
 type Handler struct {
 	cfg     settings
 	op      *inbox.Operator
+	d       *dialect.Dialect
 	dialect string
 	db      *sql.DB
 	pages   map[string]*template.Template
@@ -139,10 +141,15 @@ func New(b *inbox.Broker, opts ...Option) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	d, err := dialect.Detect(b.DB())
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
+	}
 	sub, _ := fs.Sub(staticFiles, "static")
-	h := &Handler{cfg: cfg, op: inbox.NewOperator(b), dialect: b.Dialect(), db: b.DB(), pages: pages, static: http.FileServerFS(sub), mux: http.NewServeMux()}
+	h := &Handler{cfg: cfg, op: inbox.NewOperator(b), d: d, dialect: b.Dialect(), db: b.DB(), pages: pages, static: http.FileServerFS(sub), mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET /{$}", h.overview)
 	h.mux.HandleFunc("GET /queue", h.queue)
+	h.mux.HandleFunc("GET /row", h.row)
 	h.mux.HandleFunc("GET /locks", h.locks)
 	h.mux.HandleFunc("GET /schedules", h.schedules)
 	h.mux.HandleFunc("POST /action", h.action)

@@ -159,10 +159,14 @@ func contains(t testing.TB, body, want string) {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// rebind turns $n placeholders into SQLite's ?n.
+// rebind turns $n placeholders into SQLite's ?n, or MariaDB's ? (the
+// statements here name each parameter once, in order).
 func (s *site) rebind(q string) string {
-	if s.b.Dialect() == "sqlite" {
+	switch s.b.Dialect() {
+	case "sqlite":
 		return regexp.MustCompile(`\$(\d+)`).ReplaceAllString(q, "?$1")
+	case "mysql":
+		return regexp.MustCompile(`\$(\d+)`).ReplaceAllString(q, "?")
 	}
 	return q
 }

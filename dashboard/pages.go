@@ -3,7 +3,6 @@ package dashboard
 import (
 	"context"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -38,10 +37,16 @@ type page struct {
 	Err                           string
 	Places                        []lock.Place
 	Schedules                     schedule.Status
+	// NoRegistry: the database has no registry tables yet; the page says
+	// how to create them instead of showing the error.
+	NoRegistry bool
+	Row        *rowDetail   // the row page's row
+	Confirm    *confirmView // the confirmation a bulk action asks for
 }
 
 type queueView struct {
 	Table, Group, Name, Link, Oldest, Err string
+	Query                                 string // table and group as a query, for links
 	State                                 inbox.QueueState
 	Instances, Workers                    int
 	Paused                                bool
@@ -49,9 +54,9 @@ type queueView struct {
 }
 
 type rowView struct {
-	ID                                      int64
-	Attempts                                int64
-	State, Due, LastError, Created, Payload string
+	ID                                            int64
+	Attempts                                      int64
+	State, Due, LastError, Created, Payload, Link string
 }
 
 var states = []string{inbox.StateAvailable, inbox.StateHeld, inbox.StateDelayed, inbox.StateParked}
@@ -67,6 +72,11 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	p := h.page(w, r, "Queues")
 	queues, err := h.op.Queues(ctx)
+	if h.missingRegistry(err) {
+		p.NoRegistry = true
+		h.render(w, "overview", p)
+		return
+	}
 	if err != nil {
 		p.QueuesErr = err.Error()
 		h.cfg.Logger.Warn("dashboard: list queues", "err", err)
@@ -85,7 +95,8 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) view(ctx context.Context, q inbox.QueueInfo, now time.Time, w, ht int) queueView {
 	v := queueView{Table: q.Table, Group: q.Group, Name: queueName(q.Table, q.Group), State: q.State,
 		Instances: q.Instances, Workers: q.Workers, Paused: q.Paused, Oldest: "—"}
-	v.Link = "queue?" + queueQuery(q.Table, q.Group).Encode()
+	v.Query = queueQuery(q.Table, q.Group).Encode()
+	v.Link = "queue?" + v.Query
 	if q.StateErr != nil {
 		v.Err = q.StateErr.Error()
 	}
@@ -126,19 +137,28 @@ func (h *Handler) find(ctx context.Context, table, group string) (inbox.QueueInf
 		return inbox.QueueInfo{}, false, err
 	}
 	q := inbox.QueueInfo{QueueRef: ref, Paused: slices.Contains(paused, [2]string{table, group}) || slices.Contains(paused, [2]string{table, ""})}
+	insts, err := h.op.Instances(ctx)
+	if err != nil {
+		return inbox.QueueInfo{}, false, err
+	}
+	// The live instances that consume it: those subscribed to it, to the
+	// whole table, or (for the whole table) to one of its groups.
+	for _, in := range insts {
+		for _, s := range in.Subscriptions {
+			if in.Alive && s.Table == table && (s.Group == group || s.Group == "" || group == "") {
+				q.Instances++
+				q.Workers += s.Workers
+			}
+		}
+	}
 	return q, ok || slices.Contains(paused, [2]string{table, group}), nil
 }
 
 func (h *Handler) queue(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	table, group := r.FormValue("table"), r.FormValue("group")
-	q, ok, err := h.find(ctx, table, group)
-	if err != nil {
-		http.Error(w, "dashboard: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
+	q, ok := h.findOrFail(w, table, group, r)
 	if !ok {
-		http.Error(w, fmt.Sprintf("dashboard: no registered queue %q", queueName(table, group)), http.StatusNotFound)
 		return
 	}
 	p := h.page(w, r, queueName(table, group))
@@ -177,72 +197,12 @@ func (h *Handler) queue(w http.ResponseWriter, r *http.Request) {
 		p.SearchedTo = searched
 	}
 	for _, row := range rows {
+		link := queueQuery(table, group)
+		link.Set("id", strconv.FormatInt(row.ID, 10))
 		p.Rows = append(p.Rows, rowView{ID: row.ID, Attempts: row.Attempts, State: row.State, Due: due(row.LockedUntil, row.State),
-			LastError: row.LastError, Created: ago(row.Created), Payload: preview(row.Payload)})
+			LastError: row.LastError, Created: ago(row.Created), Payload: preview(row.Payload), Link: "row?" + link.Encode()})
 	}
 	h.render(w, "queue", p)
-}
-
-func (h *Handler) action(w http.ResponseWriter, r *http.Request) {
-	if h.cfg.ReadOnly {
-		http.Error(w, "dashboard: read-only", http.StatusForbidden)
-		return
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, "dashboard: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	if why := checkCSRF(r); why != "" {
-		http.Error(w, "dashboard: "+why, http.StatusForbidden)
-		return
-	}
-	ctx := r.Context()
-	table, group := r.PostFormValue("table"), r.PostFormValue("group")
-	q, ok, err := h.find(ctx, table, group)
-	if err != nil || !ok {
-		http.Error(w, fmt.Sprintf("dashboard: no registered queue %q", queueName(table, group)), http.StatusNotFound)
-		return
-	}
-	msg, err := h.do(ctx, r, q.QueueRef)
-	if err != nil {
-		msg = err.Error()
-		h.cfg.Logger.Warn("dashboard: action failed", "op", r.PostFormValue("op"), "table", table, "group", group, "err", err)
-	}
-	setFlash(w, msg, err != nil)
-	// Relative, and set by hand: http.Redirect would resolve it against the
-	// path the mount's StripPrefix left, and lose the prefix.
-	w.Header().Set("Location", "queue?"+queueQuery(table, group).Encode())
-	w.WriteHeader(http.StatusSeeOther)
-}
-
-// do carries out the action the form names and says what it did.
-func (h *Handler) do(ctx context.Context, r *http.Request, ref inbox.QueueRef) (string, error) {
-	op, table, group := r.PostFormValue("op"), ref.Table, ref.Group
-	switch op {
-	case "pause":
-		return "paused " + queueName(table, group), h.op.Pause(ctx, table, group)
-	case "resume":
-		return "resumed " + queueName(table, group), h.op.Resume(ctx, table, group)
-	}
-	change := map[string]func(context.Context, inbox.QueueRef, inbox.Selection) (int64, error){
-		"unpark": h.op.Unpark, "run-now": h.op.RunNow, "delete": h.op.Delete}[op]
-	if change == nil {
-		return "", fmt.Errorf("unknown action %q", op)
-	}
-	sel := inbox.Selection{All: r.PostFormValue("all") == "1", ErrorContains: r.PostFormValue("error_contains")}
-	for _, s := range r.PostForm["id"] {
-		id, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return "", fmt.Errorf("%q is not a row id", s)
-		}
-		sel.IDs = append(sel.IDs, id)
-	}
-	if !sel.All && len(sel.IDs) == 0 {
-		return "", errors.New("no row selected: tick the rows first")
-	}
-	n, err := change(ctx, ref, sel)
-	return fmt.Sprintf("%s: %d rows changed", op, n), err
 }
 
 func (h *Handler) render(w http.ResponseWriter, name string, p *page) {
@@ -256,7 +216,7 @@ func (h *Handler) render(w http.ResponseWriter, name string, p *page) {
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{"ago": ago}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "queue", "locks", "schedules"} {
+	for _, name := range []string{"overview", "queue", "row", "confirm", "locks", "schedules"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: template %s: %w", name, err)

@@ -335,3 +335,30 @@ func (o *Operator) wake(ctx context.Context, channel, key string) {
 		_, _ = o.b.db.ExecContext(ctx, q.SQL, q.Args...)
 	}
 }
+
+// TableColumn is a column of a table as the database's catalog describes
+// it.
+type TableColumn struct {
+	Name       string
+	Type       string // as declared, lower case
+	PrimaryKey bool   // part of the primary key
+}
+
+// Columns reads table's columns from the database's catalog, in order;
+// none when the table does not exist. A tool that names a table nobody
+// registered reads them to tell a missing table from a typo, and a
+// table's own columns from the reference table's.
+func (o *Operator) Columns(ctx context.Context, table string) ([]TableColumn, error) {
+	if err := dialect.CheckTableName(table); err != nil {
+		return nil, fmt.Errorf("inbox: table name: %w", err)
+	}
+	cols, err := o.b.d.Columns(ctx, o.b.db, table)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: table %q: %w", table, err)
+	}
+	out := make([]TableColumn, 0, len(cols))
+	for _, c := range cols {
+		out = append(out, TableColumn{Name: c.Name, Type: c.Type, PrimaryKey: c.PK})
+	}
+	return out, nil
+}

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -116,8 +117,11 @@ type QueueInfo struct {
 	Instances int // alive instances subscribed
 	Workers   int // their workers, all together
 	Paused    bool
-	State     QueueState
-	StateErr  error // the count failed (a table gone, say); State is zero
+	// TablePaused: paused by a pause of the whole table (a group's
+	// subscriptions stop then too; resume the table, not the group).
+	TablePaused bool
+	State       QueueState
+	StateErr    error // the count failed (a table gone, say); State is zero
 }
 
 // Queues lists the queues the registry knows, with their rows by state.
@@ -152,12 +156,39 @@ func (o *Operator) Queues(ctx context.Context) ([]QueueInfo, error) {
 			}
 		}
 	}
+	subscribed := map[string]bool{} // tables with a registered subscription
+	for k := range byKey {
+		subscribed[k[0]] = true
+	}
 	for _, p := range paused {
+		if p[1] == "" && subscribed[p[0]] {
+			continue // marked on the table's subscriptions below
+		}
 		get(p[0], p[1]).Paused = true
+	}
+	tablePaused := map[string]bool{}
+	for _, p := range paused {
+		if p[1] == "" {
+			tablePaused[p[0]] = true
+		}
 	}
 	out := make([]QueueInfo, 0, len(byKey))
 	for _, q := range byKey {
-		q.State, q.StateErr = o.State(ctx, q.QueueRef)
+		// A pause of the whole table stops its group subscriptions too.
+		q.TablePaused = tablePaused[q.Table]
+		q.Paused = q.Paused || q.TablePaused
+		if q.Roles == nil {
+			// Paused, but no subscription to its group: any subscription of
+			// the table names its columns.
+			if ref, ok := lookupIn(insts, q.Table, q.Group); ok {
+				q.Roles, q.Lease = ref.Roles, ref.Lease
+			}
+		}
+		if q.Roles == nil {
+			q.StateErr = noSubscription(q.Table)
+		} else {
+			q.State, q.StateErr = o.State(ctx, q.QueueRef)
+		}
 		out = append(out, *q)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -206,4 +237,48 @@ func (o *Operator) Ref(ctx context.Context, table, group string) (ref QueueRef, 
 		}
 	}
 	return QueueRef{Table: table, Group: group}, false, nil
+}
+
+// Lookup returns the QueueRef of table and group with the columns and lease
+// of a registered subscription to table: one to that group first, then one
+// to the whole table, then one to any of its groups (a table's columns are
+// the same whichever group reads it), alive instances before gone ones. ok
+// is false when no subscription to table is registered. Unlike Ref, it
+// answers for a group nobody subscribes to: it names columns, it does not
+// say the queue is registered.
+func (o *Operator) Lookup(ctx context.Context, table, group string) (ref QueueRef, ok bool, err error) {
+	insts, err := o.Instances(ctx)
+	if err != nil {
+		return QueueRef{}, false, err
+	}
+	ref, ok = lookupIn(insts, table, group)
+	return ref, ok, nil
+}
+
+func lookupIn(insts []Instance, table, group string) (QueueRef, bool) {
+	for _, match := range []func(g string) bool{
+		func(g string) bool { return g == group },
+		func(g string) bool { return g == "" },
+		func(string) bool { return true },
+	} {
+		for _, alive := range []bool{true, false} {
+			for _, in := range insts {
+				for _, s := range in.Subscriptions {
+					if in.Alive == alive && s.Table == table && match(s.Group) {
+						return QueueRef{Table: table, Group: group, Roles: s.Roles, Lease: s.Lease}, true
+					}
+				}
+			}
+		}
+	}
+	return QueueRef{Table: table, Group: group}, false
+}
+
+// ErrNoSubscription is the error of a queue whose columns no registered
+// subscription names: Queues sets it as the StateErr of a queue paused
+// without one, rather than guess the table's columns.
+var ErrNoSubscription = errors.New("no registered subscription")
+
+func noSubscription(table string) error {
+	return fmt.Errorf("inbox: %w to %s names its columns", ErrNoSubscription, table)
 }

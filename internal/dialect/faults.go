@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -42,6 +43,15 @@ func (d *Dialect) Unreachable(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "unexpected EOF") ||
 		strings.Contains(msg, "conn closed") || strings.Contains(msg, "broken pipe")
+}
+
+// NoDatabase says err means the server has no database of the name the
+// URL gives (Postgres 3D000, MariaDB/MySQL 1049), rather than that it could
+// not be reached or refused the user.
+func NoDatabase(err error) bool {
+	var pe *pgconn.PgError
+	var me *mysql.MySQLError
+	return errors.As(err, &pe) && pe.Code == "3D000" || errors.As(err, &me) && me.Number == 1049
 }
 
 // DeadConn says err means the connection a statement ran on had ended

@@ -122,7 +122,12 @@ func checkTable(ctx context.Context, b *Broker, table string, s *shape, grouped 
 		v := reflect.New(typ)
 		e := v.Elem()
 		for _, f := range scanned {
-			dest = append(dest, e.FieldByIndex(f.index).Addr().Interface())
+			fv := e.FieldByIndex(f.index)
+			if f.readsText() {
+				dest = append(dest, textScan{fv})
+				continue
+			}
+			dest = append(dest, fv.Addr().Interface())
 		}
 		return v.Interface(), dest
 	}

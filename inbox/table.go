@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"bytes"
 	"database/sql"
 	"fmt"
 	"reflect"
@@ -164,6 +165,50 @@ func scannable(t reflect.Type) error {
 		return nil
 	}
 	return fmt.Errorf("type %v cannot be scanned from a column: use []byte, string, json.RawMessage, a number, time.Time, or a type whose pointer implements sql.Scanner (and driver.Valuer, for Publish); decode JSON in the handler", t)
+}
+
+// readsText reports whether a claim reads f through textScan: a payload
+// of a string kind (NULL reads as ""), and any field of a named byte-slice
+// type such as json.RawMessage, which database/sql fills from bytes but
+// neither from text nor from NULL. Both are what payload columns hold:
+// TEXT and JSON columns give text on SQLite and Postgres, and any of them
+// may be NULL. Types that scan themselves keep their own Scan.
+func (f field) readsText() bool {
+	if reflect.PointerTo(f.typ).Implements(scannerType) || f.typ.Implements(scannerType) {
+		return false
+	}
+	switch {
+	case f.typ.Kind() == reflect.String:
+		return f.role == RolePayload
+	case f.typ.Kind() == reflect.Slice && f.typ.Elem().Kind() == reflect.Uint8:
+		return f.typ != reflect.TypeFor[[]byte]()
+	}
+	return false
+}
+
+// textScan reads a column's text, bytes or NULL into a field of a string
+// or byte-slice kind (see field.readsText).
+type textScan struct{ v reflect.Value }
+
+func (s textScan) Scan(src any) error {
+	var b []byte
+	switch x := src.(type) {
+	case nil:
+		s.v.SetZero()
+		return nil
+	case string:
+		b = []byte(x)
+	case []byte:
+		b = x
+	default:
+		return fmt.Errorf("cannot store a %T into %v: the column holds neither text nor bytes", src, s.v.Type())
+	}
+	if s.v.Kind() == reflect.String {
+		s.v.SetString(string(b))
+	} else {
+		s.v.SetBytes(bytes.Clone(b)) // the driver reuses its buffer
+	}
+	return nil
 }
 
 // column returns the column of role r, or "" when the struct has none.

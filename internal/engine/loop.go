@@ -13,6 +13,10 @@ import (
 // workerWait is the longest a claim for few workers waits for more.
 const workerWait = time.Millisecond
 
+// tripWeight is the weight of the last claim's round trip in the average
+// (one in tripWeight).
+const tripWeight = 4
+
 // wakeCooldown is the least time between a claim that found nothing and
 // the next claim a wake starts.
 const wakeCooldown = 2 * time.Millisecond
@@ -34,7 +38,8 @@ type claimReq struct {
 }
 
 type claimResult struct {
-	at      time.Time // on the engine's clock, when the claim was sent
+	at      time.Time     // on the engine's clock, when the claim was sent
+	took    time.Duration // host time, the claim's round trip
 	asked   int
 	workers int
 	jobs    []*contract.Job
@@ -123,6 +128,10 @@ type loop struct {
 	rate   float64
 	rateAt time.Time
 	rateN  int64
+	// trip is a claim's round trip (host time), averaged over the last
+	// few: with the rate, the rows a claim takes and when one is sent
+	// ahead (prefetch).
+	trip time.Duration
 }
 
 func newLoop(e *Engine, w *workers, ctx context.Context) *loop {
@@ -152,6 +161,7 @@ func (l *loop) run(ctx context.Context) {
 		}
 		l.startSpare()
 		l.claimMore()
+		l.prefetch()
 		if l.stopping && l.inflight == 0 {
 			l.e.cfg.Idle.set(false, time.Time{}, nil, nil, nil)
 			return
@@ -250,18 +260,23 @@ func (l *loop) claimMore() {
 		if rows > 0 {
 			k = min(k, rows)
 		}
-		l.free -= k
-		l.inflight++
-		e.stats.claims.Add(1)
-		if l.claimCtx == nil {
-			l.claimCtx, l.cancelClaims = context.WithCancel(l.claimBase)
-		}
-		req := claimReq{ctx: l.claimCtx, asked: k + extra, workers: k, gen: l.wakeGen}
-		select {
-		case l.claims <- req: // a claim goroutine waits
-		default:
-			go l.claiming(req)
-		}
+		l.send(k, extra)
+	}
+}
+
+// send sends a claim for k free workers and extra spare rows.
+func (l *loop) send(k, extra int) {
+	l.free -= k
+	l.inflight++
+	l.e.stats.claims.Add(1)
+	if l.claimCtx == nil {
+		l.claimCtx, l.cancelClaims = context.WithCancel(l.claimBase)
+	}
+	req := claimReq{ctx: l.claimCtx, asked: k + extra, workers: k, gen: l.wakeGen}
+	select {
+	case l.claims <- req: // a claim goroutine waits
+	default:
+		go l.claiming(req)
 	}
 }
 
@@ -275,9 +290,10 @@ func (l *loop) claimMore() {
 // claims in flight first.
 func (l *loop) claiming(r claimReq) {
 	for ok := true; ok; r, ok = <-l.claims {
-		at := l.e.cfg.Clock.Now()
+		at, sent := l.e.cfg.Clock.Now(), time.Now()
 		jobs, err := l.e.claim(r.ctx, r.asked)
-		l.results <- claimResult{at: at, asked: r.asked, workers: r.workers, jobs: jobs, err: err, gen: r.gen}
+		took := time.Since(sent)
+		l.results <- claimResult{at: at, took: took, asked: r.asked, workers: r.workers, jobs: jobs, err: err, gen: r.gen}
 		if len(jobs) < r.asked {
 			return
 		}
@@ -293,6 +309,9 @@ func (l *loop) onResult(ctx context.Context, r claimResult) {
 		l.stop()
 	}
 	l.inflight--
+	if r.err == nil {
+		l.trip += (r.took - l.trip) / tripWeight
+	}
 	n := min(len(r.jobs), r.workers)
 	l.free += r.workers - n
 	l.backlog = r.err == nil && len(r.jobs) == r.asked
@@ -315,6 +334,7 @@ func (l *loop) onResult(ctx context.Context, r claimResult) {
 	if !l.stopping && n < len(r.jobs) {
 		l.w.spare.push(r.jobs[n:], r.at)
 	}
+	l.armPrefetch()
 	switch {
 	case r.err != nil:
 		l.onFailure(r.err, r.at)

@@ -108,3 +108,68 @@ func TestClaimOnADeadConnectionSentAgainAtOnce(t *testing.T) {
 		t.Fatalf("the sixth claim came %v after the first: the failures backed off", elapsed)
 	}
 }
+
+// farClaimer serves a backlog of rows in claims that each take trip, as a
+// database across a network would, and records the rows each claim asked.
+type farClaimer struct {
+	contract.Claimer
+	trip time.Duration
+	mu   sync.Mutex
+	left int
+	next int64
+	asks []int
+}
+
+func (c *farClaimer) Traits() contract.Traits {
+	return contract.Traits{HoldExpires: true, ClaimLimit: 1000, ConcurrentWriters: true}
+}
+func (c *farClaimer) Held() int { return 0 }
+func (c *farClaimer) Claim(ctx context.Context, max int) ([]*contract.Job, error) {
+	time.Sleep(c.trip) // the round trip
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.asks = append(c.asks, max)
+	n := min(max, c.left)
+	c.left -= n
+	jobs := make([]*contract.Job, n)
+	for i := range jobs {
+		c.next++
+		jobs[i] = &contract.Job{ID: c.next, Attempts: 1, Lease: time.Now().Add(time.Minute), Settler: ackStub{}}
+	}
+	return jobs, nil
+}
+
+// Where a claim's round trip is long, claims under a backlog grow past the
+// 100 rows of a near database (twice the rows the workers handle in a round
+// trip, four a worker at most), and the next one goes out while rows still
+// wait: the drain takes fewer claims than 100 rows a claim would.
+func TestFarClaimsGrowWithTheirRoundTrip(t *testing.T) {
+	const rows, workers = 6000, 100
+	c := &farClaimer{trip: 20 * time.Millisecond, left: rows}
+	_, events := runEngineWith(t, c, func(error) bool { return false }, func(error) bool { return false }, workers, 4, slog.New(slog.DiscardHandler))
+	start := time.Now()
+	for i := range rows {
+		select {
+		case ev := <-events:
+			if ev.Outcome != inboxtype.Acked {
+				t.Fatalf("event %+v, want the row acked", ev)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("%d of %d rows handled within a minute", i, rows)
+		}
+	}
+	took := time.Since(start)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	most := 0
+	for _, a := range c.asks {
+		most = max(most, a)
+	}
+	t.Logf("%d rows in %v: %d claims of 20 ms, the largest asked %d rows", rows, took, len(c.asks), most)
+	if most <= 100 || most > spareFactor*workers {
+		t.Fatalf("the largest claim asked %d rows, want more than 100 and at most %d", most, spareFactor*workers)
+	}
+	if len(c.asks) >= rows/100 {
+		t.Fatalf("%d claims for %d rows: no more rows a claim than 100", len(c.asks), rows)
+	}
+}

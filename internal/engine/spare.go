@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
@@ -10,20 +11,30 @@ import (
 )
 
 // claimBatch is the most rows a claim takes under a backlog, on Postgres,
-// in a form whose claim takes a row for every free worker: the rows beyond
-// the free workers wait in the process (spare) and workers take them before
-// the next claim. A process of few workers then pays a claim's commit per
-// claimBatch rows, as a large one does, not one per few rows.
+// in a form whose claim takes a row for every free worker, while its round
+// trip is short: the rows beyond the free workers wait in the process
+// (spare) and workers take them before the next claim. A process of few
+// workers then pays a claim's commit per claimBatch rows, as a large one
+// does, not one per few rows.
 const claimBatch = 100
 
 // spareFactor bounds a claim's rows to this many a worker, so the rows (and
 // payloads) a process holds still follow its workers, not the backlog.
 const spareFactor = 4
 
+// maxBatch bounds a claim's rows however long its round trip (the lease
+// claim's own bound is the same, dialect.MaxClaim).
+const maxBatch = 1000
+
 // batchRows is the most rows a claim of a subscription of n workers takes
-// in all under a backlog, spare rows included (and what its lease acks may
-// run ahead of its workers: ackRoom).
-func batchRows(n int) int { return min(claimBatch, spareFactor*n) }
+// in all under a backlog, spare rows included, when its workers handle
+// trip rows during a claim's round trip: claimBatch, or twice trip where
+// the database is far, so the rows a claim brings last through the next
+// claim's round trip (sent when they run low: prefetch); within spareFactor
+// a worker and maxBatch.
+func batchRows(n int, trip float64) int {
+	return min(spareFactor*n, maxBatch, max(claimBatch, int(2*trip)))
+}
 
 // spareWait bounds how long spare rows wait for a worker: a claim takes no
 // more spare rows than its workers handled in spareWait (at the rate last
@@ -44,6 +55,9 @@ type spare struct {
 	head   int
 	closed bool            // the loop stopped: no spare row starts any more
 	done   <-chan struct{} // Run's ctx's: none starts after it either
+	// low is the count of rows left at which a worker that takes one tells
+	// the loop, which may send a claim ahead (prefetch); -1: never.
+	low atomic.Int64
 }
 
 // push queues rows a claim sent at at took beyond its free workers. The
@@ -64,16 +78,17 @@ func (s *spare) len() int {
 	return len(s.q) - s.head
 }
 
-// take removes the oldest row, if any, and whether Run's ctx has ended.
-func (s *spare) take() (task, bool) {
+// take removes the oldest row, if any, and says how many are left; false
+// when none was taken (none waits, or Run's ctx has ended).
+func (s *spare) take() (task, int, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || s.head == len(s.q) {
-		return task{}, false
+		return task{}, 0, false
 	}
 	select {
 	case <-s.done:
-		return task{}, false // the loop's stop gives it back
+		return task{}, 0, false // the loop's stop gives it back
 	default:
 	}
 	t := s.q[s.head]
@@ -82,7 +97,7 @@ func (s *spare) take() (task, bool) {
 	if s.head == len(s.q) {
 		s.q, s.head = s.q[:0], 0
 	}
-	return t, true
+	return t, len(s.q) - s.head, true
 }
 
 // close empties the queue for good and returns what it held.
@@ -102,9 +117,12 @@ func (s *spare) close() []task {
 // hold up that job's ack.
 func (w *workers) pop() (next task, skipped []task, ok bool) {
 	for {
-		t, ok := w.spare.take()
+		t, left, ok := w.spare.take()
 		if !ok {
 			return task{}, skipped, false
+		}
+		if int64(left) == w.spare.low.Load() {
+			signal(w.changed) // the loop may claim ahead (prefetch)
 		}
 		if w.e.startable(t) {
 			return t, skipped, true
@@ -172,8 +190,43 @@ func (l *loop) extra(k int) int {
 		l.rateAt, l.rateN = now, n
 	}
 	wait := min(spareWait, l.e.cfg.Lease/10)
-	most := l.e.limit(batchRows(l.e.cfg.Workers))
+	most := l.e.limit(batchRows(l.e.cfg.Workers, l.tripRows()))
 	return max(min(int(l.rate*wait.Seconds()), most-k), 0)
+}
+
+// tripRows is how many rows the workers handle during a claim's round
+// trip, at the rate and the round trip last measured.
+func (l *loop) tripRows() float64 { return l.rate * l.trip.Seconds() }
+
+// prefetch sends a claim for spare rows alone while every worker is busy
+// under a backlog, once the spare rows left would run out before a claim
+// sent now came back (tripRows): where the database is far, workers then
+// find rows waiting instead of waiting a round trip for them. A claim of
+// spare rows is made only where claims take them (spares); with a short
+// round trip (a claim's rows outlast it) the loop never prefetches, as a
+// claim then goes out when workers free up.
+func (l *loop) prefetch() {
+	if l.stopping || l.idle || l.cooling || !l.backlog || l.free > 0 || l.inflight > 0 || !l.spares() ||
+		l.e.cfg.Claimer.Held() >= l.e.cfg.Conns {
+		return
+	}
+	left := l.w.spare.len()
+	if left == 0 || float64(left) > l.tripRows() {
+		return
+	}
+	if extra := l.extra(0); extra > 0 {
+		l.send(0, extra)
+	}
+}
+
+// armPrefetch tells the workers at how many spare rows left to signal the
+// loop: those its round trip takes, where claims take spare rows.
+func (l *loop) armPrefetch() {
+	low := int64(-1)
+	if rows := int64(l.tripRows()); rows > 0 && l.spares() && l.backlog {
+		low = rows
+	}
+	l.w.spare.low.Store(low)
 }
 
 // startSpare hands spare rows to workers the loop counts free.

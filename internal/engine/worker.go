@@ -78,6 +78,7 @@ func newWorkers(e *Engine, ctx context.Context) *workers {
 	w := &workers{e: e,
 		firstFree: int64(n - 1), halfFree: int64(n - (n+1)/2), runCtx: ctx}
 	w.spare.done = ctx.Done()
+	w.spare.low.Store(-1)
 	w.waits.New = func() any { return newAckWait(w) }
 	return w
 }
@@ -243,11 +244,13 @@ func newAckWait(w *workers) *ackWait {
 }
 
 // ackRoom is how many acks beyond its n workers a subscription may have
-// handed to its form unanswered: as many as the rows a claim brings under
-// a backlog (batchRows), so a process of few workers fills an ack
-// statement as one of many does, and one of a single worker runs at most 5
-// jobs ahead of its committed acks.
-func ackRoom(n int) int { return batchRows(n) }
+// handed to its form unanswered: as many as the rows a claim may bring
+// under a backlog however far the database (batchRows), so a process of
+// few workers fills an ack statement as one of many does, acks sent while
+// one statement is on its round trip do not hold up the workers, and a
+// process of a single worker runs at most 5 jobs ahead of its committed
+// acks.
+func ackRoom(n int) int { return batchRows(n, maxBatch) }
 
 // async says the job is acked by its form without a waiter.
 func (h *handling) async() bool {

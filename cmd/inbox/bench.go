@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/internal/benchkit"
 	"github.com/sqlinbox/sqlinbox/notify"
@@ -24,7 +26,13 @@ func init() {
 }
 
 func bench(ctx context.Context, args []string) error {
-	if len(args) == 0 {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+		if cmd, ok := ctx.Value(commandKey{}).(*cobra.Command); ok && len(args) > 0 {
+			cmd.Use = "bench throughput|latency|idle|churn|groups|registry|publish [flags]"
+			cmd.Long = cmd.Short + ".\n`inbox bench KIND --help` lists the flags of each."
+			_ = cmd.Help()
+			return flag.ErrHelp
+		}
 		return fmt.Errorf("usage: inbox bench throughput|latency|idle|churn|groups|registry|publish --db URL ...")
 	}
 	switch args[0] {
@@ -94,7 +102,7 @@ func benchThroughput(ctx context.Context, args []string) error {
 	waits := fs.Bool("waits", false, "with --procs on Postgres: sample pg_stat_activity's wait events every 10 ms during each drain")
 	noBlocks := fs.Bool("no-blocks", false, "with --procs: drop the table's block sequence after the fill (a control: processes' claims then all start from the table's leading edge; see migrations.ApplyClaimBlocks)")
 	ownTables := fs.Bool("own-tables", false, "with --procs: each process drains a table of its own (TABLE_0, TABLE_1, ...) holding its share of the rows, a control: the rate no way of sharing one table can beat")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
 	}
 	if *db == "" {
@@ -281,7 +289,7 @@ func benchLatency(ctx context.Context, args []string) error {
 	insertSamples := fs.Int("insert-samples", 20, "samples of plain SQL insert (each waits up to a poll interval)")
 	poll := fs.Duration("poll", inbox.DefaultPollInterval, "the subscription's poll interval")
 	table := fs.String("table", "bench_latency", "table to (re)create")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
 	}
 	if *db == "" {
@@ -393,7 +401,7 @@ func benchIdle(ctx context.Context, args []string) error {
 	seconds := fs.Int("seconds", 30, "seconds to watch each case")
 	poll := fs.Duration("poll", inbox.DefaultPollInterval, "the subscription's poll interval")
 	table := fs.String("table", "bench_idle", "table to (re)create")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
 	}
 	if *db == "" {

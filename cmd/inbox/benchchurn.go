@@ -44,7 +44,7 @@ func benchChurn(ctx context.Context, args []string) error {
 	fs.StringVar(&o.group, "group", "", "fill, drain and subscribe to this group of the table (the idle poll is then the table's group poller)")
 	fs.BoolVar(&o.analyze, "analyze", false, "ANALYZE the table after the drain, as autovacuum's analyze would (no vacuum still): with the fill's statistics the planner reads the idle group poll as a sequential scan, floor or none")
 	fs.BoolVar(&o.hooks, "hooks", false, "run the subscription in a service with Hooks (Claimed, Started, Handled) installed, as inboxotel.Instrument does")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
 	}
 	if dbKind(*db) != "postgres" {

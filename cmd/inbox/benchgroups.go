@@ -29,7 +29,7 @@ func benchGroups(ctx context.Context, args []string) error {
 	seconds := fs.Int("seconds", 10, "idle window per case")
 	table := fs.String("table", "bench_groups", "table to (re)create")
 	memProfile := fs.String("memprofile", "", "write a heap profile to this file at the end of each case's idle window (the last case's stays)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
 	}
 	if dbKind(*db) != "postgres" {

@@ -30,7 +30,7 @@ func benchProc(ctx context.Context, args []string) error {
 	workers := fs.Int("workers", 100, "workers")
 	conns := fs.Int("conns", 0, "pool size")
 	notifyOn := fs.Bool("notify", false, "LISTEN/NOTIFY")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
 	}
 	form, err := formByName(*formName)

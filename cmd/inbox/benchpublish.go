@@ -22,7 +22,7 @@ func benchPublish(ctx context.Context, args []string) error {
 	batch := fs.Int("batch", 10000, "rows a PublishMany call (and a COPY)")
 	table := fs.String("table", "bench_publish", "table to (re)create")
 	runs := fs.Int("runs", 3, "runs of each; the best is printed")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
 	}
 	if *db == "" || *rows < 1 || *batch < 1 || *runs < 1 {

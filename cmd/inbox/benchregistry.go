@@ -25,7 +25,7 @@ func benchRegistry(ctx context.Context, args []string) error {
 	rounds := fs.Int("rounds", 3, "pairs of drains (without, then with the registry; the order flips each round)")
 	idle := fs.Duration("idle", 20*time.Second, "how long to count an idle instance's statements in each case (0: skip)")
 	table := fs.String("table", "bench_jobs", "table to (re)create and drain")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
 	}
 	if *db == "" {

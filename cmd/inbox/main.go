@@ -5,6 +5,7 @@
 //	go run ./cmd/inbox migrate   --db sqlite://jobs.db --table invoice_jobs
 //	go run ./cmd/inbox queues    --db URL
 //	go run ./cmd/inbox rows      --db URL --table invoice_jobs --state parked
+//	go run ./cmd/inbox row       --db URL --table invoice_jobs --id 13
 //	go run ./cmd/inbox unpark    --db URL --table invoice_jobs --all
 //	go run ./cmd/inbox pause     --db URL --table invoice_jobs
 //	go run ./cmd/inbox instances --db URL
@@ -21,8 +22,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -48,9 +51,10 @@ func newRoot() *cobra.Command {
 }
 
 // register adds a command that parses its own flags with the flag package
-// (migrate, stats, bench, soak): its arguments reach run untouched, and
-// its --help is the flag set's. A command registered without a summary is
-// internal (the soak's and the bench's child processes) and hidden.
+// (bench, soak): its arguments reach run untouched, and run parses them
+// with parseFlags, which prints --help as cobra does. A command registered
+// without a summary is internal (the soak's and the bench's child
+// processes) and hidden.
 func register(name, summary string, run func(ctx context.Context, args []string) error) {
 	builders = append(builders, func(root *cobra.Command) { root.AddCommand(newFlagCommand(name, summary, run)) })
 }
@@ -62,13 +66,42 @@ func newFlagCommand(name, summary string, run func(ctx context.Context, args []s
 		Hidden:             summary == "",
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			err := run(cmd.Context(), args)
+			err := run(context.WithValue(cmd.Context(), commandKey{}, cmd), args)
 			if errors.Is(err, flag.ErrHelp) {
-				return nil // the flag set printed its usage
+				return nil // parseFlags printed the help
 			}
 			return err
 		},
 	}
+}
+
+// commandKey carries a flag-package command's cobra command to parseFlags.
+type commandKey struct{}
+
+// parseFlags parses args into fs; on --help it prints the help of the
+// command fs belongs to the way cobra prints every other command's, with
+// fs's flags, and returns flag.ErrHelp.
+func parseFlags(ctx context.Context, fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(io.Discard) // a parse error is returned, and main prints it once
+	err := fs.Parse(args)
+	if !errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	parent, _ := ctx.Value(commandKey{}).(*cobra.Command)
+	help := &cobra.Command{Use: fs.Name() + " [flags]", Run: func(*cobra.Command, []string) {}}
+	out := io.Writer(os.Stdout)
+	if parent != nil {
+		help.Short, help.Long = parent.Short, parent.Long
+		out = parent.OutOrStdout()
+	}
+	(&cobra.Command{Use: "inbox"}).AddCommand(help)
+	help.Flags().AddGoFlagSet(fs)
+	help.InitDefaultHelpFlag()
+	var b strings.Builder
+	help.SetOut(&b)
+	_ = help.Help()
+	fmt.Fprintln(out, strings.TrimRight(b.String(), "\n"))
+	return err
 }
 
 func main() {

@@ -13,9 +13,7 @@ import (
 func TestMigrateTrigger(t *testing.T) {
 	ctx := context.Background()
 	url := testdb.Postgres(t)
-	if err := migrate(ctx, []string{"--db", url, "--table", "trig_jobs", "--trigger"}); err != nil {
-		t.Fatalf("migrate --trigger: %v", err)
-	}
+	inboxCmd(t, "migrate", "--db", url, "--table", "trig_jobs", "--trigger")
 	db := testdb.Open(t, url)
 	var n int
 	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass('trig_jobs') AND NOT tgisinternal").Scan(&n); err != nil {
@@ -24,7 +22,7 @@ func TestMigrateTrigger(t *testing.T) {
 	if n == 0 {
 		t.Fatal("migrate --trigger installed no trigger")
 	}
-	err := migrate(ctx, []string{"--db", testdb.SQLite(t), "--table", "trig_jobs", "--trigger"})
+	_, _, err := runInbox("migrate", "--db", testdb.SQLite(t), "--table", "trig_jobs", "--trigger")
 	if err == nil || !strings.Contains(err.Error(), "Postgres") {
 		t.Fatalf("migrate --trigger on SQLite: %v", err)
 	}

@@ -122,7 +122,7 @@ func TestUnparkCommand(t *testing.T) {
 		if len(qs) != 1 || qs[0].Table != "jobs" || qs[0].Parked != 1 || qs[0].Instances != 1 || qs[0].Workers != 2 || qs[0].Paused {
 			t.Fatalf("queues = %+v", qs)
 		}
-		var insts []inbox.Instance
+		var insts []instanceJSON
 		if err := json.Unmarshal([]byte(inboxCmd(t, "instances", "--db", url, "--json")), &insts); err != nil {
 			t.Fatal(err)
 		}

@@ -66,7 +66,7 @@ func soak(ctx context.Context, args []string) error {
 			args[i+1] += "s"
 		}
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
 	}
 	switch {

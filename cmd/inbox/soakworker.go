@@ -40,7 +40,7 @@ func soakWorker(ctx context.Context, args []string) error {
 	instance := fs.Int("instance", 0, "this worker's number in the soak")
 	tx := fs.Bool("tx", false, "handle with inbox.HandleTx, inserting a sent row in the handling's transaction")
 	outside := fs.Bool("effect-outside-tx", false, "with --tx, the control: handle with inbox.Handle and insert the sent row after the handling, in no transaction of the ack's")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
 	}
 	form, err := formByName(*formName)
@@ -193,7 +193,7 @@ func soakProducer(ctx context.Context, args []string) error {
 	startMS := fs.Int64("start", 0, "when the span began, Unix milliseconds")
 	over := fs.Duration("over", time.Minute, "span over which rows are spread")
 	pause := fs.Bool("pause-in-tx", false, "on a line on stdin, hold the next transaction open and say so on stdout")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
 	}
 	db, d, err := dialect.Open(*url)
@@ -296,3 +296,11 @@ func produceBatch(ctx context.Context, db *sql.DB, produce, record string, from,
 }
 
 var errSoakFailed = errors.New("soak failed")
+
+// referenceRow is the reference table's shape (migrations.Apply).
+type referenceRow struct {
+	ID          int64      `db:"id" inbox:"id,generated"`
+	LockedUntil *time.Time `db:"locked_until" inbox:"locked_until"`
+	Payload     []byte     `db:"payload" inbox:"payload"`
+	Group       string     `db:"group_name" inbox:"group"`
+}

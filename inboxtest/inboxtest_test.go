@@ -123,6 +123,46 @@ func TestAdvanceBringsBackARetry(t *testing.T) {
 	})
 }
 
+// A retry shorter than the poll comes back at the Advance that passes it,
+// not at the next poll, and WaitNextHandled waits for each handling of
+// the row in turn, even one that happened before it was called.
+func TestAdvanceWakesARetryBeforeThePoll(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		b := inboxtest.NewBroker(t, url, inbox.PollInterval(time.Hour))
+		rec := inboxtest.NewRecorder(t, b, jobs)
+		var calls atomic.Int32
+		h := func(ctx context.Context, j Job) error {
+			if calls.Add(1) <= 2 {
+				return inbox.RetryAfter(500*time.Millisecond, errors.New("not yet"))
+			}
+			return nil
+		}
+		run := inboxtest.Start(t, service(t, b, "a", rec, h))
+		id := publish(t, b, jobs, 1)[0]
+		if first := rec.WaitHandled(id); first.Outcome != inbox.Retried {
+			t.Fatalf("first handling %v: want retried", first)
+		}
+		run.Advance(499 * time.Millisecond)
+		run.Idle()
+		if n := rec.Count(id); n != 1 {
+			t.Fatalf("handled %d times before the retry's delay passed", n)
+		}
+		run.Advance(time.Millisecond)
+		if second := rec.WaitNextHandled(id); second.Outcome != inbox.Retried || second.Attempt != 2 {
+			t.Fatalf("second handling %v: want retried on attempt 2", second)
+		}
+		run.Advance(500 * time.Millisecond)
+		run.Idle() // the third handling happens before the wait below
+		if third := rec.WaitNextHandled(id); third.Outcome != inbox.Acked || third.Attempt != 3 {
+			t.Fatalf("third handling %v: want acked on attempt 3", third)
+		}
+		if again := rec.WaitHandled(id); again.Attempt != 3 {
+			t.Fatalf("WaitHandled after the last handling returned %v, want attempt 3", again)
+		}
+		rec.WaitDrained()
+	})
+}
+
 // A row that fails its last attempt is parked, and ParkedRows shows it.
 func TestParkedRows(t *testing.T) {
 	eachDB(t, func(t *testing.T, url string) {

@@ -75,6 +75,9 @@ type Recorder[T any] struct {
 	overlaps [][2]int
 	observed map[string]bool // instances whose settlements the recorder observes
 	changed  chan struct{}   // closed and replaced on every change
+	// returned is, per id, the index into all of the handling the last
+	// WaitHandled or WaitNextHandled returned: where WaitNextHandled goes on.
+	returned map[int64]int
 }
 
 // NewRecorder makes a recorder of handlings of q. b is any broker on the
@@ -84,7 +87,7 @@ func NewRecorder[T any](t testing.TB, b *inbox.Broker, q inbox.Queue[T]) *Record
 	if q.Roles() == nil {
 		t.Fatalf("inboxtest: zero Queue: make it with inbox.NewQueue")
 	}
-	return &Recorder[T]{t: t, b: b, q: q, running: map[int64][]int{}, observed: map[string]bool{}, changed: make(chan struct{})}
+	return &Recorder[T]{t: t, b: b, q: q, running: map[int64][]int{}, observed: map[string]bool{}, changed: make(chan struct{}), returned: map[int64]int{}}
 }
 
 // Wrap returns h recording each of its runs as a handling on instance.
@@ -257,19 +260,74 @@ func (r *Recorder[T]) ExactlyOnce(ids ...int64) {
 // settled when the recorder observes settlements) and returns the latest.
 // After Timeout it fails the test listing the handlings so far and the rows
 // left.
+//
+// Called again it returns at once with the handling it found before, or a
+// later one: to wait for the row's next handling, as after a retry, use
+// WaitNextHandled.
 func (r *Recorder[T]) WaitHandled(id int64) Handling {
 	r.t.Helper()
 	var got Handling
 	r.wait(fmt.Sprintf("a handling of id %d", id), func(all []Handling) bool {
 		for i := len(all) - 1; i >= 0; i-- {
 			if all[i].ID == id && r.done(all[i]) {
-				got = all[i]
+				got, r.returned[id] = all[i], i
 				return true
 			}
 		}
 		return false
 	})
 	return got
+}
+
+// WaitNextHandled waits for the handling of row id after the one the last
+// WaitHandled or WaitNextHandled of id returned (the first handling of id
+// when none did) to have happened, and returns it. Handlings are taken in
+// the order they started, each once, so a handling that happened before the
+// call is not missed:
+//
+//	rec.WaitHandled(id)              // attempt 1: retried after a second
+//	run.Advance(time.Second)
+//	second := rec.WaitNextHandled(id) // attempt 2
+//
+// After Timeout it fails the test listing the handlings so far and the rows
+// left.
+func (r *Recorder[T]) WaitNextHandled(id int64) Handling {
+	r.t.Helper()
+	r.mu.Lock()
+	after, ok := r.returned[id]
+	r.mu.Unlock()
+	if !ok {
+		after = -1
+	}
+	var got Handling
+	r.wait(fmt.Sprintf("the handling of id %d after handling %d of it", id, r.ordinal(id, after)), func(all []Handling) bool {
+		for i := after + 1; i < len(all); i++ {
+			if all[i].ID != id {
+				continue
+			}
+			if !r.done(all[i]) {
+				return false
+			}
+			got, r.returned[id] = all[i], i
+			return true
+		}
+		return false
+	})
+	return got
+}
+
+// ordinal is how many handlings of id started up to index i of all (0 for
+// i < 0).
+func (r *Recorder[T]) ordinal(id int64, i int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for j := 0; j <= i && j < len(r.all); j++ {
+		if r.all[j].ID == id {
+			n++
+		}
+	}
+	return n
 }
 
 // WaitHandlings waits until n handlings in all have happened and returns

@@ -139,16 +139,71 @@ func (r *Run) Idle() {
 }
 
 // Advance waits until the services on the run's clock are idle (Idle), then
-// moves the clock forward by d, firing the polls, backoffs, lease
-// extensions and delays it passes. What the moment sets off then runs; wait
-// for it on the queue (WaitDrained, Recorder.WaitHandled, ...).
+// moves the clock forward by d, firing the polls, lease extensions and
+// timers it passes, and wakes each subscription on the clock whose queue has
+// a row that came due in the step (a retry's backoff or a delayed publish
+// ending), as a publish would: such a row is claimed at this moment, not at
+// the next poll. Rows that were available before the step (written by
+// plain SQL, which wakes nobody) still wait for a poll. What the moment sets
+// off then runs; wait for it on the queue (WaitDrained,
+// Recorder.WaitNextHandled, ...).
 func (r *Run) Advance(d time.Duration) {
 	r.t.Helper()
 	if r.Clock == nil {
 		r.t.Fatalf("inboxtest: Advance on service %q started with StartLive: its clock is real", r.Service.Name)
 	}
 	r.Idle()
+	from := r.Clock.Now()
 	r.Clock.Advance(d)
+	r.wakeDue(from, r.Clock.Now())
+}
+
+// wakeDue wakes each subscription on the run's clock whose queue has an
+// available row whose locked_until is after from and at or before to.
+func (r *Run) wakeDue(from, to time.Time) {
+	r.t.Helper()
+	runs.Lock()
+	services := make([]*inbox.Service, 0, len(runs.on[r.Clock]))
+	for _, o := range runs.on[r.Clock] {
+		services = append(services, o.Service)
+	}
+	runs.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	for _, svc := range services {
+		op := inbox.NewOperator(svc.Broker())
+		for _, sub := range svc.Subscriptions() {
+			ref := sub.Queue()
+			due, err := cameDue(ctx, op, ref, from, to)
+			if err != nil {
+				r.t.Fatalf("inboxtest: Advance: read the rows of %s that came due: %v", ref.Table, err)
+			}
+			if due {
+				svc.Broker().Wake(ref.Table, ref.Group)
+			}
+		}
+	}
+}
+
+// cameDue reports whether ref has an available row whose locked_until is
+// after from and at or before to.
+func cameDue(ctx context.Context, op *inbox.Operator, ref inbox.QueueRef, from, to time.Time) (bool, error) {
+	filter := inbox.RowFilter{States: []string{"available"}, Limit: 1000}
+	for {
+		rows, err := op.Rows(ctx, ref, filter)
+		if err != nil {
+			return false, err
+		}
+		for _, row := range rows {
+			if row.LockedUntil.After(from) && !row.LockedUntil.After(to) {
+				return true, nil
+			}
+		}
+		if len(rows) < filter.Limit {
+			return false, nil
+		}
+		filter.After = rows[len(rows)-1].ID
+	}
 }
 
 // Now is the time on the run's clock: the fake one, or the host's.

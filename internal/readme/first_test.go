@@ -210,6 +210,10 @@ func TestMailerRetries(t *testing.T) {
 	}
 	t.Log(inboxtest.Rows(t, b, emails)) // id 1: locked until 2026-01-01T00:00:00.9...Z, attempts 1, last error "smtp: 421 ..."
 	run.Advance(time.Second)            // waits until the service is idle, then moves the clock past the backoff
+	// The handling after the one WaitHandled returned (WaitHandled again would return that one).
+	if h := rec.WaitNextHandled(id); h.Outcome != inbox.Acked {
+		t.Fatalf("second try: %v", h)
+	}
 	rec.WaitDrained()
 	if n := rec.Count(id); n != 2 { // the failed try, then the one that went
 		t.Fatalf("handled %d times, want 2", n)

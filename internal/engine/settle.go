@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
@@ -10,24 +11,77 @@ import (
 )
 
 // settleTries is how often a settlement that failed on a dead connection is
-// sent: each failure ends one dead connection of the pool, and the
+// sent at once: each failure ends one dead connection of the pool, and the
 // statements are fenced, so a repeat changes nothing that the first did.
 const settleTries = 3
 
-// again runs a settlement, and again while it fails on a dead connection
-// (never one whose hold was lost: that is ErrLost, and final).
-func (e *Engine) again(f func() error) error {
+// The pace of a lease's settlement sent again while the database is out:
+// from resendFirst, doubled up to resendMax. A failover lasts seconds, so
+// the cap is short: the settlement lands within a second of the database's
+// return. Host time: it paces statements.
+const (
+	resendFirst = 50 * time.Millisecond
+	resendMax   = time.Second
+)
+
+// again runs a settlement, and again while it fails with the database,
+// never once its hold was lost (ErrLost, final).
+//
+// Where the hold is a lease (holdEnds is set), a settlement that failed on
+// a dead connection or an unreachable database is sent again with backoff
+// until the lease nears its end (holdEnds less a tenth of the lease, on
+// the engine's clock), or until ctx ends (the shutdown timeout): an outage
+// shorter than the lease then leaves the row settled, not handed to another
+// claimer to be handled twice. Each statement is fenced on the lease its
+// claim wrote, so a repeat never settles a row someone else claimed since.
+// First, in every form, a settlement that failed on a dead connection is
+// sent again at once, up to settleTries sends: the pool's next connection
+// may be alive. A hold that ends with its connection (row lock, advisory)
+// goes no further: it was lost with the connection (the form answers
+// ErrLost), and the row is claimable again.
+func (e *Engine) again(ctx context.Context, j *contract.Job, what string, holdEnds time.Time, f func() error) error {
 	err := f()
-	for i := 1; i < settleTries && err != nil && e.cfg.DeadConn(err) && !errors.Is(err, contract.ErrLost); i++ {
+	tries := 1
+	for ; tries < settleTries && err != nil && e.cfg.DeadConn(err) && !errors.Is(err, contract.ErrLost); tries++ {
 		err = f()
+	}
+	if holdEnds.IsZero() || err == nil || errors.Is(err, contract.ErrLost) || !e.cfg.Unreachable(err) {
+		return err
+	}
+	until := holdEnds.Add(-e.cfg.Lease / 10)
+	e.logger().Warn("inbox: "+what+" failed with the database; sent again until the row's lease nears its end", "table", e.cfg.Table, "id", j.ID, "until", until, "err", err)
+	pause := resendFirst
+	for err != nil && !errors.Is(err, contract.ErrLost) && e.cfg.Unreachable(err) {
+		left := until.Sub(e.cfg.Clock.Now())
+		if left <= 0 {
+			return fmt.Errorf("%w (sent %d times until the row's lease neared its end)", err, tries)
+		}
+		t := time.NewTimer(min(pause, left))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (sent %d times; given up at the shutdown timeout)", err, tries)
+		}
+		pause = min(pause*2, resendMax)
+		tries++
+		err = f()
+	}
+	switch {
+	case err == nil:
+		e.logger().Info("inbox: "+what+" sent again landed", "table", e.cfg.Table, "id", j.ID, "tries", tries)
+	case errors.Is(err, contract.ErrLost):
+		// A send whose connection ended may have committed first.
+		err = fmt.Errorf("%w (sent %d times: a send whose connection ended may have settled the row)", err, tries)
 	}
 	return err
 }
 
 // settleHandling settles a handled job and reports its event.
-func (e *Engine) settleHandling(h *handling) {
+// ctx ends the sends of a settlement again (see again).
+func (e *Engine) settleHandling(ctx context.Context, h *handling) {
 	var serr error
-	h.ev.Outcome, serr = e.settle(h.j, h.err, h.lost)
+	h.ev.Outcome, serr = e.settle(ctx, h, h.err, h.lost)
 	if h.ev.Outcome == inboxtype.Failed {
 		h.ev.Err = errors.Join(h.ev.Err, serr)
 	} else if serr == nil && e.outage.Load() {
@@ -62,7 +116,8 @@ func (e *Engine) report(ev *inboxtype.Event) {
 
 // settle acks, retries, parks or snoozes a job whose handler returned err,
 // and returns the outcome, with the settlement's error when it failed.
-func (e *Engine) settle(j *contract.Job, err error, lost bool) (inboxtype.Outcome, error) {
+func (e *Engine) settle(ctx context.Context, h *handling, err error, lost bool) (inboxtype.Outcome, error) {
+	j := h.j
 	if lost {
 		if f, ok := j.Settler.(contract.Forgetter); ok {
 			f.Forget() // never settled: the form stops counting it in work
@@ -71,25 +126,31 @@ func (e *Engine) settle(j *contract.Job, err error, lost bool) (inboxtype.Outcom
 	}
 	if err == nil {
 		// Every form bounds its own ack (contract.Settler): no timer a job here.
-		if serr := e.again(func() error { return j.Ack(context.Background()) }); serr != nil {
+		if serr := e.again(ctx, j, "ack", h.holdEnds, func() error { return j.Ack(context.Background()) }); serr != nil {
 			return e.settleFailed(j, "ack", serr), serr
 		}
 		e.stats.acked.Add(1)
 		return inboxtype.Acked, nil
 	}
-	sctx, scancel := context.WithTimeout(context.Background(), contract.SettleTimeout)
-	defer scancel()
+	// Each send has its own bound: sends again may outlast one.
+	bounded := func(f func(context.Context) error) func() error {
+		return func() error {
+			sctx, cancel := context.WithTimeout(context.Background(), contract.SettleTimeout)
+			defer cancel()
+			return f(sctx)
+		}
+	}
 	verdict, delay := e.cfg.ErrorVerdict(err)
 	attempt := max(j.Attempts, 1)
 	switch {
 	case verdict == Snooze:
-		if serr := e.again(func() error { return j.Snooze(sctx, delay) }); serr != nil {
+		if serr := e.again(ctx, j, "snooze", h.holdEnds, bounded(func(c context.Context) error { return j.Snooze(c, delay) })); serr != nil {
 			return e.settleFailed(j, "snooze", serr), serr
 		}
 		e.stats.snoozed.Add(1)
 		return inboxtype.Snoozed, nil
 	case verdict == Park || e.cfg.Counts && attempt >= e.cfg.MaxAttempts:
-		if serr := e.again(func() error { return j.Park(sctx, err.Error()) }); serr != nil {
+		if serr := e.again(ctx, j, "park", h.holdEnds, bounded(func(c context.Context) error { return j.Park(c, err.Error()) })); serr != nil {
 			return e.settleFailed(j, "park", serr), serr
 		}
 		e.stats.parked.Add(1)
@@ -98,7 +159,7 @@ func (e *Engine) settle(j *contract.Job, err error, lost bool) (inboxtype.Outcom
 	case verdict == Retry:
 		delay = e.backoff(j.ID, attempt)
 	}
-	if serr := e.again(func() error { return j.Retry(sctx, delay, err.Error()) }); serr != nil {
+	if serr := e.again(ctx, j, "retry", h.holdEnds, bounded(func(c context.Context) error { return j.Retry(c, delay, err.Error()) })); serr != nil {
 		return e.settleFailed(j, "retry", serr), serr
 	}
 	e.stats.retried.Add(1)

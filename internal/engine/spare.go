@@ -155,7 +155,7 @@ func (e *Engine) putBack(ts []task) {
 	for _, t := range ts {
 		j := t.j
 		if h, ok := j.Settler.(contract.Holder); ok && h.Hold().Err() != nil {
-			e.settleHandling(&handling{j: j, lost: true, ev: inboxtype.Event{Subscription: e.cfg.Name, ID: j.ID,
+			e.settleHandling(context.Background(), &handling{j: j, lost: true, ev: inboxtype.Event{Subscription: e.cfg.Name, ID: j.ID,
 				Attempt: max(j.Attempts, 1), Start: e.cfg.Clock.Now(), Err: inboxtype.ErrHoldLost}})
 			e.stats.lost.Add(1)
 			continue

@@ -181,6 +181,17 @@ func (w *watch) extend(j *contract.Job, sent time.Time, done chan struct{}) {
 	w.arm()
 }
 
+// leaseEnds is the earliest the lease of the job last watched can end,
+// once its handler returned; zero where the hold is not a lease.
+func (w *watch) leaseEnds() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.leased {
+		return time.Time{}
+	}
+	return w.expires
+}
+
 // loseLease tells the handler its lease is gone; w.mu is held.
 func (w *watch) loseLease(why string, err error) {
 	w.lost = true

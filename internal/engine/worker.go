@@ -165,7 +165,7 @@ func (w *workers) settle(h handling, async bool) {
 		h.j.Settler.(contract.AsyncAcker).AckAsync(aw.done)
 		return
 	}
-	w.e.settleHandling(&h)
+	w.e.settleHandling(w.ctx, &h)
 	w.endSettlement(w.slots)
 }
 
@@ -232,10 +232,13 @@ func newAckWait(w *workers) *ackWait {
 		w.waits.Put(aw)
 	}
 	aw.done = func(err error) {
-		if err != nil && w.e.cfg.DeadConn(err) && !errors.Is(err, contract.ErrLost) {
-			// Sent again, fenced, on another connection; not on the
-			// form's goroutine, which this call must not hold up.
-			go func() { finish(w.e.again(func() error { return aw.h.j.Ack(context.Background()) })) }()
+		if err != nil && !errors.Is(err, contract.ErrLost) && (w.e.cfg.DeadConn(err) || !aw.h.holdEnds.IsZero() && w.e.cfg.Unreachable(err)) {
+			// Sent again, fenced, on another connection (see again);
+			// not on the form's goroutine, which this call must not
+			// hold up.
+			go func() {
+				finish(w.e.again(w.ctx, aw.h.j, "ack", aw.h.holdEnds, func() error { return aw.h.j.Ack(context.Background()) }))
+			}()
 			return
 		}
 		finish(err)
@@ -263,7 +266,10 @@ type handling struct {
 	j    *contract.Job
 	err  error // the handler's
 	lost bool  // the lease or hold was lost while the handler ran
-	ev   inboxtype.Event
+	// holdEnds is the earliest the row's lease can end, on the engine's
+	// clock; zero where the hold is not a lease.
+	holdEnds time.Time
+	ev       inboxtype.Event
 }
 
 // work runs the handler on one job, on the calling goroutine, while the
@@ -294,6 +300,7 @@ func (e *Engine) work(ctx context.Context, w *watch, j *contract.Job, claimedAt 
 		err = e.call(hctx, j)
 	}
 	h.lost = w.finish()
+	h.holdEnds = w.leaseEnds()
 	if cause := context.Cause(hctx); err != nil && errors.Is(cause, inboxtype.ErrTimeout) {
 		if err != cause && !errors.Is(err, context.Canceled) {
 			// The handler's own error, beside the timeout; one that is the

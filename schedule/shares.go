@@ -85,7 +85,7 @@ func (s *Scheduler) start(e *entry, r Run, token string) {
 		case err != nil && s.runsCtx.Err() != nil:
 			s.release(e, r, token) // cut short by Stop: another instance runs it
 		default:
-			s.finish(e, r, token, err)
+			s.finish(e, r, h, err)
 		}
 		cancel(nil)
 	}()
@@ -112,20 +112,73 @@ func (s *Scheduler) call(ctx context.Context, e *entry, r Run) (err error) {
 }
 
 // finish marks a share that ran done, with its handler's error (runErr)
-// for operators. If the update fails, the share's lease runs out and
-// another instance runs it again.
-func (s *Scheduler) finish(e *entry, r Run, token string, runErr error) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
-	defer cancel()
+// for operators. The share stays held meanwhile (its lease renewed), and a
+// write that fails because the database is out is sent again with backoff
+// until the share's lease nears its end (see markDone): an outage shorter
+// than the lease does not run the share twice. The write is fenced on the
+// share's token, so once the lease ran out and another instance took the
+// share over, it changes nothing.
+func (s *Scheduler) finish(e *entry, r Run, h *heldShare, runErr error) {
 	var text string
 	if runErr != nil {
 		text = errorText(runErr)
 	}
-	q := s.sql.Finish.Call(s.clk.Now(), runErr != nil, text, e.name, r.FiredAt, r.Worker, token)
-	if _, err := s.db.ExecContext(ctx, q.SQL, q.Args...); err != nil {
+	err := s.markDone(e, r, h, runErr != nil, text)
+	if err != nil {
 		s.log.Warn("schedule: could not mark a share done; another instance may run it again once its lease runs out",
 			"schedule", e.name, "instance", s.name, "fired_at", r.FiredAt, "worker", r.Worker, "error", err)
 	}
+}
+
+// The pace of a share's done sent again while the database is out: from
+// doneFirst, doubled up to doneMax (host time: it paces statements).
+const (
+	doneFirst = 50 * time.Millisecond
+	doneMax   = time.Second
+)
+
+// markDone writes the share done, again while the database is unreachable
+// and the share's lease, as last renewed, has more than a tenth of it left
+// (or until Stop's context ends).
+func (s *Scheduler) markDone(e *entry, r Run, h *heldShare, failed bool, text string) error {
+	send := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
+		defer cancel()
+		q := s.sql.Finish.Call(s.clk.Now(), failed, text, e.name, r.FiredAt, r.Worker, h.token)
+		_, err := s.db.ExecContext(ctx, q.SQL, q.Args...)
+		return err
+	}
+	err := send()
+	if err == nil || !s.d.Unreachable(err) {
+		return err
+	}
+	s.log.Warn("schedule: could not mark a share done; sent again while its lease lasts",
+		"schedule", e.name, "instance", s.name, "fired_at", r.FiredAt, "worker", r.Worker, "error", err)
+	tries, pause := 1, doneFirst
+	for err != nil && s.d.Unreachable(err) {
+		s.heldMu.Lock()
+		until := h.renewed.Add(s.lease - s.lease/10)
+		s.heldMu.Unlock()
+		left := until.Sub(s.clk.Now())
+		if left <= 0 {
+			return fmt.Errorf("%w (sent %d times until the share's lease neared its end)", err, tries)
+		}
+		t := time.NewTimer(min(pause, left))
+		select {
+		case <-t.C:
+		case <-s.runsCtx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (sent %d times; given up when Stop's context ended)", err, tries)
+		}
+		pause = min(pause*2, doneMax)
+		tries++
+		err = send()
+	}
+	if err == nil {
+		s.log.Info("schedule: a share's done sent again landed", "schedule", e.name, "instance", s.name,
+			"fired_at", r.FiredAt, "worker", r.Worker, "tries", tries)
+	}
+	return err
 }
 
 // release hands a share back: its lease ends now, for the next sweep.

@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sqlinbox/sqlinbox/dashboard"
-	"github.com/sqlinbox/sqlinbox/inbox"
 )
 
 func init() { builders = append(builders, addDashboard) }
@@ -52,7 +51,7 @@ func serveDashboard(ctx context.Context, f *dashFlags, cmd *cobra.Command) error
 	if err := checkListen(f); err != nil {
 		return err
 	}
-	b, err := inbox.Open(f.db, inbox.MaxConns(4))
+	b, err := openDatabase(ctx, f.db, false, 4)
 	if err != nil {
 		return err
 	}

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sqlinbox/sqlinbox/inboxtest"
 )
@@ -24,6 +27,19 @@ func TestMissingDatabase(t *testing.T) {
 				t.Fatalf("inbox %s created %s", args[0], path)
 			}
 		}
+		// The dashboard refuses it too, rather than serve an empty database.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		root := newRoot()
+		root.SetArgs([]string{"dashboard", "--db", "sqlite://" + path, "--listen", "127.0.0.1:0"})
+		root.SetOut(io.Discard)
+		if err := root.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "does not exist") {
+			t.Fatalf("dashboard on a missing SQLite file: %v", err)
+		}
+		if _, err := os.Stat(path); err == nil {
+			t.Fatalf("dashboard created %s", path)
+		}
+
 		inboxCmd(t, "migrate-registry", "--db", "sqlite://"+path)
 		inboxCmd(t, "queues", "--db", "sqlite://"+path)
 	})

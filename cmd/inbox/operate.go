@@ -71,7 +71,7 @@ func operatorCommand(use, short, long string, sc scope, run func(ctx context.Con
 		cmd.Flags().DurationVar(&f.lease, "lease", 0, "rows due within a lease from now count as held, not delayed (default: the registered subscription's lease, else 30s)")
 	}
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		b, err := openDatabase(cmd.Context(), f.db, f.create)
+		b, err := openDatabase(cmd.Context(), f.db, f.create, 2)
 		if err != nil {
 			return err
 		}
@@ -91,13 +91,13 @@ func operatorCommand(use, short, long string, sc scope, run func(ctx context.Con
 // create: an operator
 // command that created an empty database would then report the registry's
 // tables missing, and send the operator looking for the wrong fault.
-func openDatabase(ctx context.Context, rawURL string, create bool) (*inbox.Broker, error) {
+func openDatabase(ctx context.Context, rawURL string, create bool, conns int) (*inbox.Broker, error) {
 	if path, ok := sqliteFile(rawURL); ok && !create {
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("database %s does not exist: no file %s", rawURL, path)
 		}
 	}
-	b, err := inbox.Open(rawURL, inbox.MaxConns(2))
+	b, err := inbox.Open(rawURL, inbox.MaxConns(conns))
 	if err != nil {
 		return nil, err
 	}

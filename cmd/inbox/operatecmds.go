@@ -46,19 +46,19 @@ their last attempt), the age of the oldest available row, the instances subscrib
 their workers, and whether it is paused ("yes (table)": by a pause of the whole table).
 Counts read at most the first 100000 rows of a queue in id order ("+" marks a count
 that stopped there).`, onDatabase, func(ctx context.Context, s *opSession) error {
-			var qs []inbox.QueueInfo
+			qs, err := s.op.Queues(ctx)
 			if table != "" {
-				if err := s.resolve(ctx, table, group); err != nil {
-					return err
+				qs = slices.DeleteFunc(qs, func(q inbox.QueueInfo) bool { return q.Table != table || group != "" && q.Group != group })
+				if len(qs) == 0 { // not registered: read as rows reads it
+					if err := s.resolve(ctx, table, group); err != nil {
+						return err
+					}
+					q := inbox.QueueInfo{QueueRef: s.ref}
+					q.State, q.StateErr = s.op.State(ctx, q.QueueRef)
+					qs = []inbox.QueueInfo{q}
 				}
-				q := inbox.QueueInfo{QueueRef: s.ref}
-				q.State, q.StateErr = s.op.State(ctx, q.QueueRef)
-				qs = []inbox.QueueInfo{q}
-			} else {
-				var err error
-				if qs, err = s.op.Queues(ctx); err != nil {
-					return err
-				}
+			} else if err != nil {
+				return err
 			}
 			return s.emit(queuesJSON(qs), func(w io.Writer) {
 				fmt.Fprintln(w, "TABLE\tGROUP\tAVAILABLE\tHELD\tDELAYED\tPARKED\tOLDEST\tINSTANCES\tWORKERS\tPAUSED")
@@ -80,7 +80,7 @@ that stopped there).`, onDatabase, func(ctx context.Context, s *opSession) error
 				}
 			})
 		})
-	cmd.Flags().StringVar(&table, "table", "", "show only this table, registered or not (its columns read as rows reads them)")
+	cmd.Flags().StringVar(&table, "table", "", "show only this table's queues; a table not registered is read as rows reads it")
 	cmd.Flags().StringVar(&group, "group", "", "with --table: only this group")
 	return cmd
 }

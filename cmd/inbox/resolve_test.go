@@ -64,6 +64,13 @@ func TestTablePauseShowsGroupsPaused(t *testing.T) {
 				t.Fatalf("queues after a pause of the whole table: %v", q)
 			}
 		}
+		var one []map[string]any
+		if err := json.Unmarshal([]byte(inboxCmd(t, "queues", "--db", url, "--table", "render_requests", "--group", "thumb", "--json")), &one); err != nil {
+			t.Fatal(err)
+		}
+		if len(one) != 1 || one[0]["group"] != "thumb" || one[0]["paused"] != true || one[0]["instances"] != 1.0 {
+			t.Fatalf("queues --table render_requests --group thumb = %v, want the group paused, with its instance", one)
+		}
 		out := inboxCmd(t, "queues", "--db", url)
 		noDDL(t, "queues", out)
 		if strings.Count(out, "yes (table)") != 2 {

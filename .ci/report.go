@@ -3,8 +3,8 @@
 // report reads `go test -json` on stdin and prints what a CI reader needs:
 // each package's result, the whole output of every failed test, the tests
 // that skipped for want of a service, and a closing count. It exits 1 when a
-// test failed or skipped for want of Postgres, Redis, MariaDB or PgBouncer
-// (one of serviceVars named in its skip message).
+// test failed or skipped for want of Postgres, Redis, MariaDB, PgBouncer or
+// the failover cluster (one of serviceVars named in its skip message).
 //
 //	go test -json ./... | go run .ci/report.go
 package main
@@ -86,7 +86,7 @@ func main() {
 }
 
 // serviceVars are the variables that point tests at the services CI runs.
-var serviceVars = []string{"POSTGRES_TEST_URL", "REDIS_TEST_URL", "MYSQL_TEST_URL", "PGBOUNCER_TX_TEST_URL", "PGBOUNCER_SESSION_TEST_URL"}
+var serviceVars = []string{"POSTGRES_TEST_URL", "REDIS_TEST_URL", "MYSQL_TEST_URL", "PGBOUNCER_TX_TEST_URL", "PGBOUNCER_SESSION_TEST_URL", "FAILOVER_TEST_URL"}
 
 func wantsService(skipOutput string) bool {
 	for _, v := range serviceVars {

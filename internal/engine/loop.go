@@ -22,8 +22,9 @@ const tripWeight = 4
 const wakeCooldown = 2 * time.Millisecond
 
 // The backoff while the database fails, from MinFailWait doubling to
-// MaxFailWait: of claims here, and of the statements package inbox sends
-// until the database can be reached.
+// MaxFailWait: of claims here (while the database is out of reach, to the
+// poll interval at most), and of the statements package inbox sends until
+// the database can be reached.
 const (
 	MinFailWait = 100 * time.Millisecond
 	MaxFailWait = 30 * time.Second
@@ -386,7 +387,14 @@ func (l *loop) onFailure(err error, sent time.Time) {
 	l.backedOff++
 	l.idle, l.backingOff = true, true
 	l.e.outage.Store(true)
-	l.rearm(min(MinFailWait<<min(l.backedOff-1, 9), MaxFailWait))
+	wait := min(MinFailWait<<min(l.backedOff-1, 9), MaxFailWait)
+	if e.cfg.Unreachable(err) {
+		// A database out of reach (a restart, a failover) is tried again
+		// at least once a poll: once it is back, rows wait no longer than
+		// an idle subscription's poll, however long the outage lasted.
+		wait = min(wait, max(e.cfg.Poll, MinFailWait))
+	}
+	l.rearm(wait)
 }
 
 // worked notes a claim that did not fail: the database answers again, so

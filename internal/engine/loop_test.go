@@ -50,10 +50,15 @@ func runEngine(t *testing.T, c contract.Claimer, unreachable func(error) bool) (
 // runEngineWith is runEngine with its own dead-connection test, workers,
 // connections and logger.
 func runEngineWith(t *testing.T, c contract.Claimer, unreachable, deadConn func(error) bool, workers, conns int, log *slog.Logger) (wakes chan struct{}, events chan inboxtype.Event) {
+	return runEngineWithPoll(t, c, unreachable, deadConn, workers, conns, time.Hour, log)
+}
+
+// runEngineWithPoll is runEngineWith with its own poll interval.
+func runEngineWithPoll(t *testing.T, c contract.Claimer, unreachable, deadConn func(error) bool, workers, conns int, poll time.Duration, log *slog.Logger) (wakes chan struct{}, events chan inboxtype.Event) {
 	wakes, events = make(chan struct{}, 1), make(chan inboxtype.Event, 64)
 	clk := clock.Host{}
 	e := New(Config{Name: "test", Table: "jobs", Workers: workers, MaxAttempts: 25, Lease: time.Minute, Timeout: time.Minute,
-		Shutdown: time.Second, Poll: time.Hour, Conns: conns, Clock: clk, Log: log, Claimer: c, Wakes: wakes,
+		Shutdown: time.Second, Poll: poll, Conns: conns, Clock: clk, Log: log, Claimer: c, Wakes: wakes,
 		Counters: &Counters{}, Idle: NewIdle(clk), Callbacks: Callbacks{
 			Handle: func(context.Context, *contract.Job) error { return nil }, Prepare: func(*contract.Job) {},
 			ErrorVerdict: func(error) (Verdict, time.Duration) { return Retry, 0 },

@@ -75,6 +75,34 @@ func TestOneOutageStepsTheBackoffOnce(t *testing.T) {
 	}
 }
 
+// A long outage (a failover: the database out of reach for 6.5 s) steps
+// the backoff no further than the poll interval (200 ms here): claims
+// resume within about a poll of the database coming back, not at the
+// doubled step then (100 ms doubling reaches 6.4 s, 5.8 s after the
+// database is back).
+func TestLongOutageRetriedEveryPoll(t *testing.T) {
+	c := &outageClaimer{up: make(chan struct{})}
+	_, events := runEngineWithPoll(t, c, func(error) bool { return true }, func(error) bool { return false }, 8, 8, 200*time.Millisecond, slog.New(slog.DiscardHandler))
+	<-time.After(6500 * time.Millisecond)
+	back := time.Now()
+	close(c.up)
+	// Every row handled: none is left claimed when the engine stops.
+	for i := 0; i < 8; i++ {
+		select {
+		case <-events:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of 8 rows handled within 30s of the database coming back", i)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	resume := c.firstOK.Sub(back)
+	t.Logf("poll 200 ms, a 6.5 s outage: %d claims failed; the first claim succeeded %v after the database came back", c.failed, resume)
+	if resume > 3*time.Second {
+		t.Fatalf("the first claim succeeded %v after the database came back, want within about the 200 ms poll (fails past 3s)", resume)
+	}
+}
+
 // notedLog signals each error record's message.
 type notedLog struct {
 	slog.Handler

@@ -22,6 +22,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/inboxtest"
 	"github.com/sqlinbox/sqlinbox/internal/claim"
 	"github.com/sqlinbox/sqlinbox/migrations"
+	"github.com/sqlinbox/sqlinbox/notify"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -147,7 +148,9 @@ func startDrain(t *testing.T, raw string, f claim.Form) *drain {
 	_, _ = rand.Read(r[:])
 	d := &drain{form: f.Name(), table: "failover_" + f.Name() + "_" + hex.EncodeToString(r[:]),
 		stop: make(chan struct{}), stopped: make(chan struct{})}
-	d.producer = openBroker(t, raw, inbox.MaxConns(4))
+	// Each broker has a hub of its own, as if each ran in a process of its
+	// own: a publish wakes no subscription, so claims resume on their own.
+	d.producer = openBroker(t, raw, inbox.MaxConns(4), inbox.WithHub(notify.NewHub()))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := migrations.Apply(ctx, d.producer.DB(), d.table); err != nil {
@@ -163,7 +166,7 @@ func startDrain(t *testing.T, raw string, f claim.Form) *drain {
 	q := inbox.MustQueue[Job](d.table)
 	d.rec = inboxtest.NewRecorder(t, d.producer, q)
 	for _, instance := range []string{"a", "b"} {
-		b := openBroker(t, raw, inbox.MaxConns(10))
+		b := openBroker(t, raw, inbox.MaxConns(10), inbox.WithHub(notify.NewHub()))
 		sub, err := inbox.Subscribe(b, q, d.rec.Wrap(instance, handle), inbox.Form(f), inbox.Workers(8), d.rec.Observe(instance))
 		if err != nil {
 			t.Fatalf("%s: subscribe: %v", d.form, err)

@@ -117,7 +117,8 @@ func (c *cluster) kill(t *testing.T, n node) time.Time {
 }
 
 // firstWrite returns when a write through the cluster's URL first commits
-// on n: each try connects afresh, as the URL's read-write node may change.
+// on n: each try, every 25 ms, connects afresh, as the URL's read-write
+// node may change.
 // The write is a row in each of tables, so each queue has one waiting at
 // that moment.
 func (c *cluster) firstWrite(t *testing.T, n node, tables []string) time.Time {
@@ -126,7 +127,7 @@ func (c *cluster) firstWrite(t *testing.T, n node, tables []string) time.Time {
 	for i, table := range tables {
 		inserts[i] = "INSERT INTO " + table + " (payload) VALUES ('probe')"
 	}
-	tick := time.NewTicker(10 * time.Millisecond)
+	tick := time.NewTicker(25 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.After(time.Minute)
 	var last error
@@ -141,7 +142,9 @@ func (c *cluster) firstWrite(t *testing.T, n node, tables []string) time.Time {
 		select {
 		case <-tick.C:
 		case <-deadline:
-			t.Fatalf("no write through %s committed on %s within a minute; last error: %v", urlEnv, n.name, last)
+			var states string
+			_ = c.monitor.QueryRow(context.Background(), `SELECT string_agg(nodename || ' ' || reportedstate || '/' || goalstate || CASE WHEN health = 1 THEN '' ELSE ' (unhealthy)' END, ', ') FROM pgautofailover.node`).Scan(&states)
+			t.Fatalf("no write through %s committed on %s within a minute (the monitor shows %s); last error: %v", urlEnv, n.name, states, last)
 		}
 	}
 }

@@ -201,7 +201,11 @@ func handle(ctx context.Context, _ Job) error {
 }
 
 // produce publishes a row every 5 ms until stopProducing, noting the ids of
-// those whose publish succeeded.
+// those whose publish succeeded. After a failed publish it waits 100 ms, as
+// a producer that backs off would: one that retried at once would open a
+// session on the standby every few ms (each refused as read-only only
+// after it started), enough to make the monitor's health checks of the
+// standby time out on a loaded machine, and the standby unfit to promote.
 func (d *drain) produce(q inbox.Queue[Job]) {
 	defer close(d.stopped)
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -222,6 +226,15 @@ func (d *drain) produce(q inbox.Queue[Job]) {
 			d.published = append(d.published, id)
 		}
 		d.mu.Unlock()
+		if err != nil {
+			pause := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-d.stop:
+				pause.Stop()
+				return
+			case <-pause.C:
+			}
+		}
 	}
 }
 

@@ -87,7 +87,7 @@ func (s suite) killedHolder(t *testing.T) {
 		moving.Advance(leaseFor + time.Second)
 	case rowlock.Form:
 		// The session holding the row's transaction open.
-		if s.kind == mysql {
+		if onMySQL(s.kind) {
 			if n := killTxHolders(t, f.db); n != 1 {
 				t.Fatalf("killed %d sessions holding a transaction, want the victim's", n)
 			}

@@ -41,7 +41,7 @@ func TestFormsRefused(t *testing.T) {
 				switch kind {
 				case postgres:
 					u = inboxtest.Postgres(t)
-				case mysql:
+				case mysql, mysql8:
 					u = inboxtest.MySQL(t)
 				}
 				db := inboxtest.Open(t, u)

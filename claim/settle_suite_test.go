@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ func TestSettlement(t *testing.T) {
 					t.Run("ack", st.ack)
 					t.Run("ack twice", st.ackTwice)
 					t.Run("ack after the hold was lost", st.ackAfterLost)
+					t.Run("acks together, one lost", st.acksOneLost)
 					t.Run("retry", st.retry)
 					t.Run("park", st.park)
 					t.Run("snooze", st.snooze)
@@ -65,6 +67,11 @@ func newSettling(t *testing.T, s suite) *settling {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	// The statements the server runs (MariaDB's RETURNING or MySQL 8's), as
+	// a broker probes it.
+	if err := d.Probe(context.Background(), db); err != nil {
+		t.Fatal(err)
+	}
 	st.db, st.d = db, d
 	var declared string
 	if d.Kind == dialect.SQLite {
@@ -184,7 +191,7 @@ func (st *settling) ackAfterLost(t *testing.T) {
 			t.Fatalf("the %s form's settler does not tell a lost hold (claim.Holder)", st.s.form.Name())
 		}
 		var n int
-		if st.s.kind == mysql {
+		if onMySQL(st.s.kind) {
 			if n = killTxHolders(t, st.f.db); n == 0 {
 				t.Fatal("killed no session holding a transaction")
 			}
@@ -210,6 +217,47 @@ func (st *settling) ackAfterLost(t *testing.T) {
 	}
 	if _, _, ok := st.row(t, j.ID); !ok {
 		t.Fatal("an ack after the hold was lost deleted the row")
+	}
+}
+
+// acksOneLost acks three rows of one claim at once (the lease form sends
+// them as one statement) after another claimer took one of them: that one
+// is lost, the other two are deleted.
+func (st *settling) acksOneLost(t *testing.T) {
+	if st.s.form != lease.Form {
+		t.Skip("only the lease form batches acks")
+	}
+	ctx := context.Background()
+	if _, err := st.f.db.Exec("DELETE FROM " + st.d.Quote(st.f.table)); err != nil {
+		t.Fatal(err)
+	}
+	st.f.insert(t, 3)
+	jobs, err := st.claimer(t).Claim(ctx, 3)
+	if err != nil || len(jobs) != 3 {
+		t.Fatalf("claimed %d rows: %v", len(jobs), err)
+	}
+	st.clk.Advance(2 * time.Hour)
+	taken, err := st.claimer(t).Claim(ctx, 1)
+	if err != nil || len(taken) != 1 {
+		t.Fatalf("another claimer took %d rows: %v", len(taken), err)
+	}
+	errs := make([]error, len(jobs))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Go(func() { errs[i] = j.Ack(ctx) })
+	}
+	wg.Wait()
+	for i, j := range jobs {
+		_, _, left := st.row(t, j.ID)
+		if j.ID == taken[0].ID {
+			if !errors.Is(errs[i], claim.ErrLost) || !left {
+				t.Errorf("ack of row %d, taken by another claimer: %v (row left: %v), want ErrLost and the row kept", j.ID, errs[i], left)
+			}
+			continue
+		}
+		if errs[i] != nil || left {
+			t.Errorf("ack of row %d: %v (row left: %v), want it deleted", j.ID, errs[i], left)
+		}
 	}
 }
 

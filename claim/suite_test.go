@@ -21,6 +21,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/inboxtest"
 	"github.com/sqlinbox/sqlinbox/internal/claim"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/internal/testdb"
 	"github.com/sqlinbox/sqlinbox/migrations"
 )
 
@@ -37,15 +38,21 @@ const (
 	sqlite   = "sqlite"
 	postgres = "postgres"
 	mysql    = "mysql"
+	// mysql8 is MariaDB taken for MySQL 8 (testdb.MySQL8): the statements
+	// MySQL 8 runs, which return no rows from INSERT or DELETE.
+	mysql8 = "mysql8"
 )
+
+// onMySQL says kind is MariaDB, as itself or taken for MySQL 8.
+func onMySQL(kind string) bool { return kind == mysql || kind == mysql8 }
 
 // The forms and the databases each serves: every case below runs on each.
 // "lease without blocks" is the lease form on a Postgres table whose block
 // sequence (migrations.ApplyClaimBlocks) was dropped.
 var forms = []formCase{
-	{lease.Form, []string{sqlite, postgres, mysql}, false},
+	{lease.Form, []string{sqlite, postgres, mysql, mysql8}, false},
 	{lease.Form, []string{postgres}, true},
-	{rowlock.Form, []string{postgres, mysql}, false},
+	{rowlock.Form, []string{postgres, mysql, mysql8}, false},
 	{advisory.Form, []string{postgres}, false},
 }
 
@@ -110,11 +117,13 @@ func (s suite) setup(t *testing.T) *fixture {
 		f.url = inboxtest.SQLite(t)
 	case mysql:
 		f.url = inboxtest.MySQL(t)
+	case mysql8:
+		f.url = testdb.MySQL8(t, 1)
 	default:
 		f.url = inboxtest.Postgres(t)
 	}
 	f.db = inboxtest.Open(t, f.url)
-	f.d = dialect.Of(map[string]dialect.Kind{sqlite: dialect.SQLite, postgres: dialect.Postgres, mysql: dialect.MySQL}[s.kind])
+	f.d = dialect.Of(map[string]dialect.Kind{sqlite: dialect.SQLite, postgres: dialect.Postgres, mysql: dialect.MySQL, mysql8: dialect.MySQL}[s.kind])
 	f.db.SetMaxOpenConns(2)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

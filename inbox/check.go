@@ -38,6 +38,9 @@ func (e *TableError) Error() string {
 // a TableError naming the first problem and its fix.
 func checkTable(ctx context.Context, b *Broker, table string, s *shape, grouped bool) (claim.Table, error) {
 	d := b.d
+	if err := d.Probe(ctx, b.db); err != nil {
+		return claim.Table{}, fmt.Errorf("inbox: table %q: %w", table, err)
+	}
 	cols, err := d.Columns(ctx, b.db, table)
 	if err != nil {
 		return claim.Table{}, fmt.Errorf("inbox: table %q: %w", table, err)

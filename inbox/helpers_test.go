@@ -11,6 +11,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/clock"
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
+	"github.com/sqlinbox/sqlinbox/internal/testdb"
 	"github.com/sqlinbox/sqlinbox/migrations"
 )
 
@@ -59,6 +60,15 @@ func eachDB(t *testing.T, f func(t *testing.T, url string)) {
 	t.Run("sqlite", func(t *testing.T) { t.Parallel(); f(t, inboxtest.SQLite(t)) })
 	t.Run("postgres", func(t *testing.T) { t.Parallel(); f(t, inboxtest.Postgres(t)) })
 	t.Run("mysql", func(t *testing.T) { t.Parallel(); f(t, inboxtest.MySQL(t)) })
+}
+
+// eachPublishDB is eachDB, and MariaDB taken for MySQL 8 (testdb.MySQL8),
+// whose inserts return no rows: ids from LAST_INSERT_ID, a multi-row insert
+// at innodb_autoinc_lock_mode 1, one insert a row at 2.
+func eachPublishDB(t *testing.T, f func(t *testing.T, url string)) {
+	eachDB(t, f)
+	t.Run("mysql8", func(t *testing.T) { t.Parallel(); f(t, testdb.MySQL8(t, 1)) })
+	t.Run("mysql8_lockmode2", func(t *testing.T) { t.Parallel(); f(t, testdb.MySQL8(t, 2)) })
 }
 
 // open opens a broker on url with the reference table "jobs" in place.

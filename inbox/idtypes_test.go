@@ -13,6 +13,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/testdb"
 )
 
 // Every id type the table check accepts works in every form that serves its
@@ -62,6 +63,17 @@ func TestEveryIDTypeInEveryForm(t *testing.T) {
 					idTypeWorks(t, inboxtest.MySQL(t), decl, "DATETIME(6)", form)
 				})
 			}
+		}
+	})
+	// MySQL 8's statements (testdb.MySQL8): a publish's id from
+	// LAST_INSERT_ID, or the row's own.
+	t.Run("mysql8", func(t *testing.T) {
+		t.Parallel()
+		for _, name := range []string{"int", "bigint_auto", "int_unsigned_auto"} {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				idTypeWorks(t, testdb.MySQL8(t, 2), myIDs[name], "DATETIME(6)", lease.Form)
+			})
 		}
 	})
 	t.Run("sqlite", func(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 )
 
 func TestEveryRowHandledOnce(t *testing.T) {
-	eachDB(t, func(t *testing.T, url string) {
+	eachPublishDB(t, func(t *testing.T, url string) {
 		b := open(t, url)
 		insert(t, b.DB(), 200)
 		q := inbox.MustQueue[Job]("jobs")

@@ -120,12 +120,12 @@ func hasIndex(idx []dialect.Index, cols []string) bool {
 // already it returns the queued row's id with a *DuplicateError. A queued
 // row acked between the insert and the look-up frees the key: the insert is
 // tried again.
-func publishKeyed(d *dialect.Dialect, table string, s *shape, row reflect.Value, insert dialect.Call, queryRow func(string, ...any) scanner) (int64, error) {
+func publishKeyed(d *dialect.Dialect, table string, s *shape, row reflect.Value, insert dialect.Call, runInsert, queryRow func(string, ...any) scanner) (int64, error) {
 	keyParam, key := keyArg(row.FieldByIndex(s.byRole[RoleKey].index))
 	byKey := d.ByKey(d.Quote(table), d.Quote(s.column(RoleID)), d.Quote(s.column(RoleKey))).Call([]string{key})
 	for range 3 {
 		var id int64
-		err := queryRow(insert.SQL, insert.Args...).Scan(&id)
+		err := runInsert(insert.SQL, insert.Args...).Scan(&id)
 		if err == nil {
 			return id, nil
 		}

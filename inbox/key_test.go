@@ -61,7 +61,7 @@ func TestKeyNeedsUniqueIndex(t *testing.T) {
 // row's id with ErrDuplicate; once that row is acked, the key is free.
 // Rows without a key never collide.
 func TestPublishKey(t *testing.T) {
-	eachDB(t, func(t *testing.T, url string) {
+	eachPublishDB(t, func(t *testing.T, url string) {
 		for _, notify := range []bool{false, true} {
 			if notify && !strings.HasPrefix(url, "postgres") {
 				continue
@@ -122,7 +122,7 @@ func TestPublishKey(t *testing.T) {
 // the queued ids in the places of keys queued before or earlier in the
 // batch, with ErrDuplicate.
 func TestPublishManyKeys(t *testing.T) {
-	eachDB(t, func(t *testing.T, url string) {
+	eachPublishDB(t, func(t *testing.T, url string) {
 		b := openKeyed(t, url, true)
 		q := inbox.MustQueue[Invoice]("jobs")
 		ctx := context.Background()
@@ -165,7 +165,7 @@ func TestPublishManyKeys(t *testing.T) {
 // Rows with and without a key are claimed into a string key field: no key
 // reads as "".
 func TestKeyedRowsHandled(t *testing.T) {
-	eachDB(t, func(t *testing.T, url string) {
+	eachPublishDB(t, func(t *testing.T, url string) {
 		b := openKeyed(t, url, true)
 		q := inbox.MustQueue[Invoice]("jobs")
 		if _, err := inbox.PublishMany(context.Background(), b, q, []Invoice{{Payload: []byte("a"), Key: "k"}, {Payload: []byte("b")}}); err != nil {

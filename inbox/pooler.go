@@ -76,6 +76,9 @@ func (b *Broker) Pooling() string {
 // database that does not answer yet is asked again where it matters (the
 // advisory form's Run).
 func (b *Broker) detectPooling() (dialect.Pooling, error) {
+	if b.d.Kind == dialect.MySQL {
+		return dialect.PoolingUnknown, b.probeServer()
+	}
 	if b.d.Kind != dialect.Postgres {
 		return dialect.PoolingUnknown, nil
 	}
@@ -89,6 +92,23 @@ func (b *Broker) detectPooling() (dialect.Pooling, error) {
 		b.log.Debug("inbox: could not tell yet whether a pooler stands between the pool and Postgres", "err", err)
 	}
 	return p, nil
+}
+
+// probeServer reads at start which server a MySQL-kind pool reaches
+// (dialect.Probe: MariaDB or MySQL, and its version) and refuses one too
+// old. A database that does not answer yet is asked again at the first
+// table check or publish.
+func (b *Broker) probeServer() error {
+	ctx, cancel := context.WithTimeout(context.Background(), dialect.DetectTimeout)
+	defer cancel()
+	err := b.d.Probe(ctx, b.db)
+	if errors.Is(err, dialect.ErrServerVersion) {
+		return fmt.Errorf("inbox: %w", err)
+	}
+	if err != nil {
+		b.log.Debug("inbox: could not read the server's version yet", "err", err)
+	}
+	return nil
 }
 
 // startListener starts the listener of ListenNotify: on ListenURL's pool

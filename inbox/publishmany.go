@@ -53,13 +53,13 @@ func PublishMany[T any](ctx context.Context, b *Broker, q Queue[T], rows []T, op
 func publishManyDB[T any](ctx context.Context, b *Broker, q Queue[T], rows []T, opts []PublishOption) ([]int64, error) {
 	if b.d.BatchArrays() {
 		// One statement: atomic on its own.
-		return publishMany(ctx, b, b.db, q, rows, opts, true, sqlQuery(ctx, b.db))
+		return publishMany(ctx, b, b.db, q, rows, opts, true, sqlQuery(ctx, b.db), nil)
 	}
 	tx, err := b.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: publish many to %q: begin: %w", q.table, err)
 	}
-	ids, err := publishMany(ctx, b, tx, q, rows, opts, true, sqlQuery(ctx, tx))
+	ids, err := publishMany(ctx, b, tx, q, rows, opts, true, sqlQuery(ctx, tx), sqlExec(ctx, tx))
 	if err != nil && !errors.Is(err, ErrDuplicate) {
 		tx.Rollback()
 		return nil, err
@@ -78,12 +78,13 @@ func PublishManyTx[T any](ctx context.Context, b *Broker, tx any, q Queue[T], ro
 		return nil, nil
 	}
 	var query queryFunc
+	var exec execFunc
 	var catalog dialect.Querier = b.db
 	switch t := tx.(type) {
 	case *sql.Tx:
-		query, catalog = sqlQuery(ctx, t), t
+		query, catalog, exec = sqlQuery(ctx, t), t, sqlExec(ctx, t)
 	case *sqlx.Tx:
-		query, catalog = sqlQuery(ctx, t.Tx), t
+		query, catalog, exec = sqlQuery(ctx, t.Tx), t, sqlExec(ctx, t.Tx)
 	case pgx.Tx:
 		query = func(q string, args ...any) (rowsIter, error) {
 			r, err := t.Query(ctx, q, args...)
@@ -95,7 +96,7 @@ func PublishManyTx[T any](ctx context.Context, b *Broker, tx any, q Queue[T], ro
 	default:
 		return nil, fmt.Errorf("inbox: %w: PublishManyTx takes a *sql.Tx, *sqlx.Tx or pgx.Tx, got %T", ErrInvalid, tx)
 	}
-	ids, err := publishMany(ctx, b, catalog, q, rows, opts, false, query)
+	ids, err := publishMany(ctx, b, catalog, q, rows, opts, false, query, exec)
 	if err != nil && !errors.Is(err, ErrDuplicate) {
 		return nil, err
 	}
@@ -144,7 +145,7 @@ type batchPlan struct {
 	traceparent string
 }
 
-func publishMany[T any](ctx context.Context, b *Broker, catalog dialect.Querier, q Queue[T], rows []T, opts []PublishOption, stamped bool, query queryFunc) ([]int64, error) {
+func publishMany[T any](ctx context.Context, b *Broker, catalog dialect.Querier, q Queue[T], rows []T, opts []PublishOption, stamped bool, query queryFunc, exec execFunc) ([]int64, error) {
 	if q.shape == nil {
 		return nil, fmt.Errorf("inbox: %w: publish to a zero Queue: make it with NewQueue", ErrInvalid)
 	}
@@ -179,8 +180,10 @@ func publishMany[T any](ctx context.Context, b *Broker, catalog dialect.Querier,
 	if b.d.BatchArrays() {
 		args := append(fixed, columnArrays(plan, rows)...)
 		ids, err = readIDs(query, b.d.PublishMany(plan.batch, plan.times, len(rows)), args, len(rows), plan.batch.Key != "")
-	} else {
+	} else if b.d.Returns() {
 		ids, err = publishChunks(b.d, plan, rows, fixed, query)
+	} else {
+		ids, err = publishCounted(b.d, plan, rows, fixed, exec)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("inbox: publish many to %q: %w", q.table, err)

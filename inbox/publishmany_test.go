@@ -58,7 +58,7 @@ func checkIDs(t *testing.T, b *inbox.Broker, ids []int64, rows []Job, group stri
 // PublishMany writes every row (on SQLite across several statements) and
 // returns their ids in the rows' order; a group queue writes its group.
 func TestPublishMany(t *testing.T) {
-	eachDB(t, func(t *testing.T, url string) {
+	eachPublishDB(t, func(t *testing.T, url string) {
 		b := open(t, url)
 		ctx := context.Background()
 		rows := manyJobs(1234)
@@ -107,7 +107,7 @@ func TestPublishManyWakesAndWaits(t *testing.T) {
 // PublishManyTx writes in the caller's transaction: nothing after a
 // rollback, everything after a commit.
 func TestPublishManyTx(t *testing.T) {
-	eachDB(t, func(t *testing.T, url string) {
+	eachPublishDB(t, func(t *testing.T, url string) {
 		b := open(t, url)
 		q := inbox.MustQueue[Job]("jobs")
 		ctx := context.Background()

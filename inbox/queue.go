@@ -149,7 +149,7 @@ func Publish[T any](ctx context.Context, b *Broker, q Queue[T], row T, opts ...P
 	}
 	id, err := publish(ctx, b, b.db, q, row, opts, true, func(query string, args ...any) *sql.Row {
 		return b.db.QueryRowContext(ctx, query, args...)
-	})
+	}, sqlExec(ctx, b.db))
 	b.writer.Unlock()
 	if err != nil {
 		if errors.Is(err, ErrDuplicate) {
@@ -169,24 +169,26 @@ func Publish[T any](ctx context.Context, b *Broker, q Queue[T], row T, opts ...P
 // misses the row until the next poll: call Broker.Wake after committing.
 func PublishTx[T any](ctx context.Context, b *Broker, tx any, q Queue[T], row T, opts ...PublishOption) (int64, error) {
 	var queryRow func(query string, args ...any) scanner
+	var exec execFunc
 	// The catalog is read (once, SQLite only) inside the transaction: on
 	// SQLite another connection would wait for the transaction's write lock.
 	var catalog dialect.Querier = b.db
 	switch t := tx.(type) {
 	case *sql.Tx:
 		queryRow = func(query string, args ...any) scanner { return t.QueryRowContext(ctx, query, args...) }
-		catalog = t
+		catalog, exec = t, sqlExec(ctx, t)
 	case *sqlx.Tx:
 		queryRow = func(query string, args ...any) scanner { return t.QueryRowContext(ctx, query, args...) }
-		catalog = t
+		catalog, exec = t, sqlExec(ctx, t.Tx)
 	case pgx.Tx:
+		// Postgres only, whose inserts return their ids: no exec.
 		queryRow = func(query string, args ...any) scanner { return t.QueryRow(ctx, query, args...) }
 	default:
 		return 0, fmt.Errorf("inbox: %w: PublishTx takes a *sql.Tx, *sqlx.Tx or pgx.Tx, got %T", ErrInvalid, tx)
 	}
 	// Unstamped: this process's wake below may come before the commit, and
 	// the notification, delivered at commit, is the wake that finds the row.
-	id, err := publish(ctx, b, catalog, q, row, opts, false, func(query string, args ...any) scanner { return queryRow(query, args...) })
+	id, err := publish(ctx, b, catalog, q, row, opts, false, func(query string, args ...any) scanner { return queryRow(query, args...) }, exec)
 	if err != nil {
 		if errors.Is(err, ErrDuplicate) {
 			return id, err
@@ -199,10 +201,52 @@ func PublishTx[T any](ctx context.Context, b *Broker, tx any, q Queue[T], row T,
 
 type scanner interface{ Scan(dest ...any) error }
 
+// execFunc runs a statement that returns no rows.
+type execFunc func(query string, args ...any) (sql.Result, error)
+
+func sqlExec(ctx context.Context, db interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}) execFunc {
+	return func(q string, args ...any) (sql.Result, error) { return db.ExecContext(ctx, q, args...) }
+}
+
+// insertedRow reads a publish's id where the insert returns no rows
+// (MySQL 8: dialect.PublishSQL.Returns) as a RETURNING would be read: the
+// generated id is the result's LastInsertId, a row that carries its id
+// answers it, and a row not written (its key queued) is sql.ErrNoRows.
+type insertedRow struct {
+	res sql.Result
+	err error
+	own *int64 // the row's own id, where the id is not generated
+}
+
+func (r insertedRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	n, err := r.res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return sql.ErrNoRows
+	}
+	id := r.own
+	if id == nil {
+		last, err := r.res.LastInsertId()
+		if err != nil {
+			return err
+		}
+		id = &last
+	}
+	*(dest[0].(*int64)) = *id
+	return nil
+}
+
 // publish writes row; with ListenNotify it notifies too, stamped (see
 // notify.Hub.Stamp) when the caller wakes this process's hub after the
 // commit.
-func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Querier, q Queue[T], row T, opts []PublishOption, stamped bool, queryRow func(string, ...any) S) (int64, error) {
+func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Querier, q Queue[T], row T, opts []PublishOption, stamped bool, queryRow func(string, ...any) S, exec execFunc) (int64, error) {
 	if q.shape == nil {
 		return 0, fmt.Errorf("inbox: %w: publish to a zero Queue: make it with NewQueue", ErrInvalid)
 	}
@@ -245,11 +289,31 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 		payload = b.hub.Stamp(q.group)
 	}
 	call := ins.Call(values, offset, at, q.table, payload)
+	insert := func(query string, args ...any) scanner { return queryRow(query, args...) }
+	if !ins.Returns() {
+		if exec == nil {
+			return 0, fmt.Errorf("inbox: publish to %q: %w: %s takes a *sql.Tx or *sqlx.Tx", q.table, ErrInvalid, b.d)
+		}
+		var own *int64
+		if f := q.shape.byRole[RoleID]; !f.generated {
+			id := v.FieldByIndex(f.index).Int()
+			own = &id
+		}
+		insert = func(query string, args ...any) scanner {
+			res, err := exec(query, args...)
+			return insertedRow{res: res, err: err, own: own}
+		}
+	}
 	if q.shape.column(RoleKey) != "" {
-		return publishKeyed(b.d, q.table, q.shape, v, call, func(query string, args ...any) scanner { return queryRow(query, args...) })
+		return publishKeyed(b.d, q.table, q.shape, v, call, insert, func(query string, args ...any) scanner { return queryRow(query, args...) })
 	}
 	var id int64
-	if err := queryRow(call.SQL, call.Args...).Scan(&id); err != nil {
+	if ins.Returns() {
+		err = queryRow(call.SQL, call.Args...).Scan(&id)
+	} else {
+		err = insert(call.SQL, call.Args...).Scan(&id)
+	}
+	if err != nil {
 		return 0, fmt.Errorf("inbox: publish to %q: %w", q.table, err)
 	}
 	return id, nil
@@ -283,6 +347,11 @@ func (b *Broker) times(ctx context.Context, catalog dialect.Querier, table strin
 	b.mu.Unlock()
 	if ok {
 		return tm, nil
+	}
+	// The publish statement a table's first publish writes is kept: it is
+	// written for the server the pool reaches (MariaDB's RETURNING or not).
+	if err := b.d.Probe(ctx, catalog); err != nil {
+		return tm, fmt.Errorf("inbox: %w", err)
 	}
 	tm = dialect.Times{Kind: b.d.Kind, Encoding: dialect.EncodingFor(b.d.Kind, ""), InDatabase: clock.InDatabase(b.clock)}
 	if b.d.EncodingDeclared() {

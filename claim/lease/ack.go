@@ -130,6 +130,9 @@ func (a *acker) deleteMany(ctx context.Context, batch []dialect.Fenced) (map[int
 	if err != nil {
 		return nil, err
 	}
+	if !e.SQL.AckMany.Returns() {
+		return a.deleteCounted(ctx, batch, q)
+	}
 	rows, err := e.Stmts.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return nil, err
@@ -144,4 +147,45 @@ func (a *acker) deleteMany(ctx context.Context, batch []dialect.Fenced) (map[int
 		deleted[id] = true
 	}
 	return deleted, rows.Err()
+}
+
+// deleteCounted is deleteMany where the delete returns no ids (MySQL 8):
+// in a transaction that commits only when every row was deleted. Rows that
+// lost their lease are rare; then each row is acked alone, whose count
+// says whether it was.
+func (a *acker) deleteCounted(ctx context.Context, batch []dialect.Fenced, q dialect.Call) (map[int64]bool, error) {
+	e := &a.c.env
+	tx, err := e.DB.BeginTx(ctx, e.Dialect.HoldTx())
+	if err != nil {
+		return nil, err
+	}
+	res, err := tx.ExecContext(ctx, q.SQL, q.Args...)
+	if err != nil {
+		tx.Rollback()
+		return nil, err
+	}
+	deleted := make(map[int64]bool, len(batch))
+	if n, err := res.RowsAffected(); err == nil && n == int64(len(batch)) {
+		if err := tx.Commit(); err != nil {
+			return nil, err
+		}
+		for _, r := range batch {
+			deleted[r.ID] = true
+		}
+		return deleted, nil
+	}
+	if err := tx.Rollback(); err != nil {
+		return nil, err
+	}
+	for _, r := range batch {
+		one := e.SQL.Ack.Call(r.ID, r.Lease)
+		res, err := e.Stmts.ExecContext(ctx, one.SQL, one.Args...)
+		if err != nil {
+			return nil, err
+		}
+		if n, err := res.RowsAffected(); err == nil && n == 1 {
+			deleted[r.ID] = true
+		}
+	}
+	return deleted, nil
 }

@@ -23,6 +23,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -56,6 +57,8 @@ func (k Kind) String() string {
 // Dialect is one engine's way of writing the shared statements.
 type Dialect struct {
 	Kind Kind
+	// server is what a MySQL-kind server is, once Probe read it.
+	server atomic.Pointer[Server]
 }
 
 // Of returns the dialect of kind k.
@@ -68,7 +71,8 @@ func Of(k Kind) *Dialect { return &Dialect{Kind: k} }
 // MySQL), so a pool opened through a wrapping driver (otelsql, sqlhooks) is
 // served too. A SQLite pool must wait for the writer's lock: one whose
 // connections have no busy timeout is refused (see CheckSQLitePool); a
-// MySQL pool must read times in UTC (see CheckMySQLPool).
+// MySQL pool must read times in UTC (see CheckMySQLPool), and its server be
+// MariaDB 10.6+ or MySQL 8.0+ (see Probe).
 func Detect(db *sql.DB) (*Dialect, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
@@ -95,6 +99,11 @@ func Detect(db *sql.DB) (*Dialect, error) {
 		if err := CheckMySQLPool(ctx, db); err != nil {
 			return nil, err
 		}
+		d := Of(k)
+		if err := d.Probe(ctx, db); err != nil {
+			return nil, err
+		}
+		return d, nil
 	}
 	return Of(k), nil
 }

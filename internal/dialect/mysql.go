@@ -217,8 +217,9 @@ func matchedRows(ctx context.Context, db *sql.DB) (bool, error) {
 
 // mysqlUnreachable says a MySQL error means the server could not be
 // reached or ended the connection: the driver's invalid connection, the
-// server shutting down (1053), a killed connection (1927, MariaDB), too
-// many connections (1040).
+// server shutting down (1053), a killed connection (1927 on MariaDB, 3169
+// on MySQL 8), one closed for inactivity (4031, MySQL 8.0.24+), too many
+// connections (1040).
 func mysqlUnreachable(err error) bool {
 	var me *mysql.MySQLError
 	if errors.Is(err, mysql.ErrInvalidConn) {
@@ -226,7 +227,7 @@ func mysqlUnreachable(err error) bool {
 	}
 	if errors.As(err, &me) {
 		switch me.Number {
-		case 1053, 1927, 1040, 1317:
+		case 1053, 1927, 3169, 4031, 1040, 1317:
 			return true
 		}
 	}

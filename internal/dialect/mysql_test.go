@@ -218,3 +218,50 @@ func TestMySQLFaults(t *testing.T) {
 		t.Errorf("a wrong statement taken for a connection fault")
 	}
 }
+
+// Probe reads the server once: MariaDB here, whose statements return rows;
+// a database ForceMySQL8 names is taken for MySQL 8.
+func TestMySQLProbe(t *testing.T) {
+	ctx := context.Background()
+	db, d, err := dialect.Open(testdb.MySQL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if d.Server() != nil || d.Returns() {
+		t.Fatalf("before Probe: server %v, Returns %v", d.Server(), d.Returns())
+	}
+	if err := d.Probe(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	s := d.Server()
+	var version string
+	if err := db.QueryRow("SELECT VERSION()").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	forced := false
+	if s == nil || s.Version != version || s.MariaDB != (strings.Contains(version, "MariaDB") && !forced) || s.Increment < 1 {
+		t.Fatalf("Probe read %+v of server %s (forced MySQL 8: %v)", s, version, forced)
+	}
+	if d.Returns() != s.MariaDB {
+		t.Errorf("Returns %v on %+v", d.Returns(), s)
+	}
+	t.Logf("server %+v", *s)
+	if got, err := dialect.Detect(db); err != nil || got.Server() == nil || got.Server().Version != version {
+		t.Fatalf("Detect does not probe: %v, %v", got.Server(), err)
+	}
+	forced8, d8, err := dialect.Open(testdb.MySQL8(t, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer forced8.Close()
+	if err := d8.Probe(ctx, forced8); err != nil {
+		t.Fatal(err)
+	}
+	if s := d8.Server(); s == nil || s.MariaDB || s.AutoincLockMode != 2 || d8.Returns() {
+		t.Fatalf("a database forced to MySQL 8 probed as %+v", s)
+	}
+	if _, ok := d8.ConsecutiveIDs(); ok {
+		t.Fatal("lock mode 2 taken for consecutive ids")
+	}
+}

@@ -57,9 +57,13 @@ func (w inboxTable) mysqlClaims(s *InboxSQL) {
 	}
 	s.SelectAvailable = w.selectAvailable()
 	s.ClaimThen = ClaimThenSQL{w.text(fmt.Sprintf("UPDATE %s SET %s = $1%s WHERE %s IN ", t.Name, t.LockedUntil, w.bump(), t.ID)), t}
-	// MariaDB 10.5+ only: DELETE ... RETURNING (MySQL 8 has none).
+	// MariaDB 10.5+ only: DELETE ... RETURNING. MySQL 8 has none: there
+	// the statement answers the count of rows it deleted (see
+	// AckManySQL.Returns).
 	s.AckMany = AckManySQL{text: w.text(fmt.Sprintf("DELETE FROM %s WHERE (%s, %s) IN ", t.Name, t.ID, t.LockedUntil))}
-	s.AckMany.mysql = " RETURNING " + t.ID
+	if w.d.Returns() {
+		s.AckMany.mysql = " RETURNING " + t.ID
+	}
 	s.Extend = ExtendSQL{text: w.text(fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s", t.Name, t.LockedUntil, w.tm.At(3), w.fence()))}
 	s.Extend.read = w.text(fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1", t.LockedUntil, t.Name, t.ID))
 }
@@ -97,6 +101,12 @@ func (s AckManySQL) mysqlCall(rows []Fenced) Call {
 	b.WriteString(s.mysql)
 	return Call{SQL: b.String(), Args: args}
 }
+
+// Returns says the statement returns the ids it deleted. Where it does not
+// (MySQL 8), it is run as an Exec in a transaction: when it deleted every
+// row the transaction commits; otherwise it is rolled back and each row
+// acked alone, since a count cannot tell which rows lost their lease.
+func (s AckManySQL) Returns() bool { return s.kind != MySQL || s.mysql != "" }
 
 // Returns says the extension returns the new lease itself; where it does
 // not (MySQL), Read reads it once the extension changed the row.

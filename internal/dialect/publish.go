@@ -86,11 +86,17 @@ type Insert struct {
 }
 
 // PublishSQL writes one row and returns its id; with a key already queued
-// it returns no row.
+// it returns no row. Where INSERT returns no rows (MySQL 8: see
+// Dialect.Returns) it is run as an Exec: the id is the result's
+// LastInsertId (a generated id) and a key already queued affects no row.
 type PublishSQL struct {
 	text
-	notify bool
+	notify  bool
+	returns bool
 }
+
+// Returns says the statement returns the row's id (see PublishSQL).
+func (s PublishSQL) Returns() bool { return s.returns }
 
 // Publish writes the statement of one row's publish.
 func (d *Dialect) Publish(in Insert, tm Times) PublishSQL {
@@ -101,15 +107,18 @@ func (d *Dialect) Publish(in Insert, tm Times) PublishSQL {
 	n := len(in.Columns) + 1
 	params = append(params, d.publishTime(tm, n))
 	cols := append(slices.Clip(in.Columns), in.LockedUntil)
-	q := fmt.Sprintf("%s %s (%s) VALUES (%s)%s RETURNING %s",
-		d.insertInto(in.Key), in.Table, strings.Join(cols, ", "), strings.Join(params, ", "), d.onConflict(in.Key), in.ID)
+	q := fmt.Sprintf("%s %s (%s) VALUES (%s)%s",
+		d.insertInto(in.Key), in.Table, strings.Join(cols, ", "), strings.Join(params, ", "), d.onConflict(in.Key))
+	if d.Returns() {
+		q += " RETURNING " + in.ID
+	}
 	if in.Notify {
 		if tm.InDatabase {
 			n++
 		}
 		q = withNotify(q, []string{in.ID}, n+1)
 	}
-	return PublishSQL{text: d.text(q, tm), notify: in.Notify}
+	return PublishSQL{text: d.text(q, tm), notify: in.Notify, returns: d.Returns()}
 }
 
 // Call writes values (one per Insert.Columns, in order) and locked_until:
@@ -170,7 +179,9 @@ func (b Batch) fixed(tm Times) (timeN, notifyN, groupN, first int) {
 // rise with it); on SQLite and MySQL it writes rows rows from a VALUES
 // list, the parameters of a row numbered after those of the row before
 // (on MySQL put in text order by Dialect.Bind). A multi-row INSERT's
-// auto-increment ids rise in the rows' order on InnoDB.
+// auto-increment ids rise in the rows' order on InnoDB. Where INSERT
+// returns no rows (MySQL 8: Dialect.Returns) the statement returns none:
+// see Dialect.ConsecutiveIDs.
 func (d *Dialect) PublishMany(b Batch, tm Times, rows int) string {
 	timeN, notifyN, groupN, first := b.fixed(tm)
 	cols := strings.Join(b.Columns, ", ")
@@ -208,7 +219,10 @@ func (d *Dialect) PublishMany(b Batch, tm Times, rows int) string {
 		sb.WriteString(at)
 		sb.WriteByte(')')
 	}
-	fmt.Fprintf(&sb, "%s RETURNING %s", conflict, returning)
+	sb.WriteString(conflict)
+	if d.Returns() {
+		fmt.Fprintf(&sb, " RETURNING %s", returning)
+	}
 	return sb.String()
 }
 

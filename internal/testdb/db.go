@@ -38,6 +38,15 @@ const ContainerImage = "postgres:15-alpine"
 // who import it) sets it to start one in Docker.
 var Container func(t testing.TB) string
 
+// MySQLContainerImage is the MariaDB that package inboxtest/containers
+// starts (once per test binary) when MySQLEnv is unset.
+const MySQLContainerImage = "mariadb:11.4"
+
+// MySQLContainer, when set, returns the mysql:// URL of a MariaDB server
+// (as a user that may create databases) for tests to take databases on when
+// MySQLEnv is unset; package inboxtest/containers sets it, as Container.
+var MySQLContainer func(t testing.TB) string
+
 // SQLite returns the URL of a fresh in-memory SQLite database, named for
 // this test alone, that every pool the test opens with it shares. It lives
 // while any pool on it is open.
@@ -97,8 +106,11 @@ func Postgres(t testing.TB) string {
 func MySQL(t testing.TB) string {
 	t.Helper()
 	base := os.Getenv(MySQLEnv)
+	if base == "" && MySQLContainer != nil {
+		base = MySQLContainer(t)
+	}
 	if base == "" {
-		t.Skipf("%s is not set: skipping a MariaDB/MySQL test (set it, e.g. %s=mysql://root@127.0.0.1:3306/test)", MySQLEnv, MySQLEnv)
+		t.Skipf("%s is not set: skipping a MariaDB/MySQL test (set it, e.g. %s=mysql://root@127.0.0.1:3306/test, or import github.com/sqlinbox/sqlinbox/inboxtest/containers in a test file to start one in Docker)", MySQLEnv, MySQLEnv)
 	}
 	name := "t_" + uniqueName(t)
 	db, d, err := dialect.Open(base)
@@ -146,6 +158,20 @@ func MySQL(t testing.TB) string {
 	}
 	u.Path = "/" + name
 	return u.String()
+}
+
+// MySQL8 is MySQL's database, which the library takes for a MySQL 8
+// server whose innodb_autoinc_lock_mode is lockMode (dialect.ForceMySQL8):
+// the statements MySQL 8 runs (no RETURNING), tested on MariaDB.
+func MySQL8(t testing.TB, lockMode int) string {
+	t.Helper()
+	u := MySQL(t)
+	parsed, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialect.ForceMySQL8(strings.TrimPrefix(parsed.Path, "/"), lockMode)
+	return u
 }
 
 // Open opens a pool on url, closed at cleanup.

@@ -53,10 +53,17 @@ func Postgres(t testing.TB) string {
 // server.
 const MySQLEnv = testdb.MySQLEnv
 
+// MySQLContainerImage is the MariaDB that test binaries importing
+// inboxtest/containers start (once each) when MySQLEnv is unset.
+const MySQLContainerImage = testdb.MySQLContainerImage
+
 // MySQL returns the URL of a database of its own on the MariaDB or MySQL
 // server named by MYSQL_TEST_URL (a mysql:// URL whose user may create
-// databases), dropped with everything in it at cleanup; without the
-// variable the test is skipped, saying what to set.
+// databases), dropped with everything in it at cleanup. Without the
+// variable, a test binary that imports inboxtest/containers starts one
+// MariaDB (MySQLContainerImage) in Docker and every test of the binary
+// takes a database on it; otherwise the test is skipped, saying what to
+// set.
 func MySQL(t testing.TB) string {
 	t.Helper()
 	return testdb.MySQL(t)

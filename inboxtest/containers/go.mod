@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/sqlinbox/sqlinbox v0.0.0
+	github.com/testcontainers/testcontainers-go/modules/mariadb v0.40.0
 	github.com/testcontainers/testcontainers-go/modules/postgres v0.45.0
 )
 

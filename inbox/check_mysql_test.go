@@ -63,7 +63,7 @@ func TestTableCheckMySQL(t *testing.T) {
 			if te.Table != "jobs" || te.Column != c.column || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %q: want table jobs, column %q, text %q", err, c.column, c.want)
 			}
-			fixUntilClean(t, b, q, te)
+			runEveryFix(t, b, q, te)
 		})
 	}
 }

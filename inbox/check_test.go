@@ -87,7 +87,7 @@ func TestTableCheck(t *testing.T) {
 				if te.Table != "jobs" || te.Column != c.column || !strings.Contains(err.Error(), c.want) {
 					t.Fatalf("error %q: want table jobs, column %q, text %q", err, c.column, c.want)
 				}
-				fixUntilClean(t, b, q, te)
+				runEveryFix(t, b, q, te)
 			})
 		}
 	})
@@ -139,27 +139,29 @@ func TestBadInputRefusedAtConstruction(t *testing.T) {
 	}
 }
 
-// checkOnce runs q's table check as a service would: nil once the service
-// has started, else the check's error.
-// fixUntilClean runs each fix the check prints, as printed, until the table
-// passes: a table with several problems gets one fix at a time.
-func fixUntilClean[T any](t *testing.T, b *inbox.Broker, q inbox.Queue[T], te *inbox.TableError) {
+// runEveryFix runs every fix the check printed, once, as printed and in
+// the order printed; the table must then pass: a check reports every
+// problem of a table at once.
+func runEveryFix[T any](t *testing.T, b *inbox.Broker, q inbox.Queue[T], te *inbox.TableError) {
 	t.Helper()
-	for range 5 {
-		if _, err := b.DB().ExecContext(context.Background(), te.Fix); err != nil {
-			t.Fatalf("the fix for %q fails as printed: %v\n%s", te.Problem, err, te.Fix)
+	if len(te.Problems) == 0 || te.Problems[0].Problem != te.Problem || te.Problems[0].Fix != te.Fix {
+		t.Fatalf("the error's first problem is not its own: %#v", te)
+	}
+	for _, p := range te.Problems {
+		if p.Fix == "" {
+			continue
 		}
-		err := checkOnce(t, b, q)
-		if err == nil {
-			return
-		}
-		if !errors.As(err, &te) {
-			t.Fatalf("after the fix: %v", err)
+		if _, err := b.DB().ExecContext(context.Background(), p.Fix); err != nil {
+			t.Fatalf("the fix for %q fails as printed: %v\n%s\nall of them: %v", p.Problem, err, p.Fix, te)
 		}
 	}
-	t.Fatalf("still failing after 5 fixes: %v", te)
+	if err := checkOnce(t, b, q); err != nil {
+		t.Fatalf("after every printed fix ran:\n%v\nthe check printed:\n%v", err, te)
+	}
 }
 
+// checkOnce runs q's table check as a service would: nil once the service
+// has started, else the check's error.
 func checkOnce[T any](t *testing.T, b *inbox.Broker, q inbox.Queue[T]) error {
 	t.Helper()
 	svc := inbox.NewService("check", "test", b)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -65,55 +64,21 @@ func keyArg(v reflect.Value) (any, string) {
 
 func noRows(err error) bool { return errors.Is(err, sql.ErrNoRows) || errors.Is(err, pgx.ErrNoRows) }
 
-// checkKeyAndPriority asks for the indexes a key and a priority need.
-func checkKeyAndPriority(ctx context.Context, b *Broker, table string, s *shape, grouped bool, idx []dialect.Index) error {
-	if k := s.column(RoleKey); k != "" {
-		ok, err := b.d.UniqueOn(ctx, b.db, table, k)
-		if err != nil {
-			return fmt.Errorf("inbox: table %q: %w", table, err)
-		}
-		if !ok {
-			return &TableError{Table: table, Column: k, Problem: "has no unique index of its own (a key names at most one queued row, and ON CONFLICT needs the index)",
-				Fix: b.d.CreateIndex(table, []string{k}, true, "")}
-		}
+// checkKey asks for the unique index a key column needs.
+func checkKey(ctx context.Context, b *Broker, table string, s *shape) ([]TableProblem, error) {
+	k := s.column(RoleKey)
+	if k == "" {
+		return nil, nil
 	}
-	if p := s.column(RolePriority); p != "" {
-		want := []string{p, s.column(RoleID)}
-		if grouped {
-			want = append([]string{s.column(RoleGroup)}, want...)
-		}
-		if !hasIndex(idx, want) {
-			return &TableError{Table: table, Column: p, Problem: fmt.Sprintf("has no index on (%s) (claims walk rows by priority, then id)", strings.Join(want, ", ")),
-				Fix: b.d.CreateIndex(table, want, false, "")}
-		}
-	}
-	return nil
-}
-
-// nullablePriority is the TableError of a priority column that may hold
-// NULL: Postgres sorts NULLs last and SQLite first, so such rows would be
-// taken at opposite ends of the order, and a claim's walk could not resume
-// past them.
-func nullablePriority(ctx context.Context, b *Broker, table string, cols []dialect.Column, col string) error {
-	te := &TableError{Table: table, Column: col,
-		Problem: "may hold NULL, which Postgres sorts after every priority and SQLite before: declare it NOT NULL (its NULLs become 0)"}
-	fix, err := b.d.NotNullFix(ctx, b.db, table, cols, col, "0")
+	ok, err := b.d.UniqueOn(ctx, b.db, table, k)
 	if err != nil {
-		te.Fix = fmt.Sprintf("make %s NOT NULL DEFAULT 0 (%v)", b.d.Quote(col), err)
-	} else {
-		te.Fix = fix
+		return nil, fmt.Errorf("inbox: table %q: %w", table, err)
 	}
-	return te
-}
-
-// hasIndex reports whether an index starts with cols, in order.
-func hasIndex(idx []dialect.Index, cols []string) bool {
-	for _, ix := range idx {
-		if len(ix.Columns) >= len(cols) && slices.Equal(ix.Columns[:len(cols)], cols) {
-			return true
-		}
+	if ok {
+		return nil, nil
 	}
-	return false
+	return []TableProblem{{Column: k, Problem: "has no unique index of its own (a key names at most one queued row, and ON CONFLICT needs the index)",
+		Fix: b.d.CreateIndex(table, []string{k}, true, "")}}, nil
 }
 
 // publishKeyed runs a keyed publish's insert; when its key is queued

@@ -303,7 +303,11 @@ func (s *opSession) explain(err error) error {
 		return err
 	}
 	c := *te
-	c.Fix = ""
+	c.Fix, c.Problems = "", nil
+	for _, p := range te.Problems {
+		p.Fix = ""
+		c.Problems = append(c.Problems, p)
+	}
 	return fmt.Errorf("%w (no registered subscription names its columns: they were taken by the reference table's names; name them with the --*-column flags)", &c)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -20,10 +21,11 @@ type Column struct {
 	Default string
 }
 
-// Index is an index's columns in order.
+// Index is an index's key columns in order ("" for an expression).
 type Index struct {
 	Name    string
 	Columns []string
+	Partial bool // it has a WHERE: it holds only the rows that meet it
 }
 
 // Querier runs a query: a *sql.DB, *sql.Conn or *sql.Tx.
@@ -150,13 +152,15 @@ func (d *Dialect) Indexes(ctx context.Context, db Querier, table string) ([]Inde
 		return mysqlIndexes(ctx, db, table)
 	}
 	if d.Kind == Postgres {
-		rows, err := db.QueryContext(ctx, `SELECT c.relname, string_agg(a.attname, ',' ORDER BY k.ord)
+		// Key columns only: an INCLUDE column orders nothing. An
+		// expression's place (attnum 0) reads as "".
+		rows, err := db.QueryContext(ctx, `SELECT c.relname, i.indpred IS NOT NULL, string_agg(COALESCE(a.attname, ''), ',' ORDER BY k.ord)
 FROM pg_index i
 JOIN pg_class c ON c.oid = i.indexrelid
 CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
-JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-WHERE i.indrelid = to_regclass($1) AND i.indpred IS NULL
-GROUP BY c.relname`, Quote(table))
+LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum AND k.attnum > 0
+WHERE i.indrelid = to_regclass($1) AND k.ord <= i.indnkeyatts
+GROUP BY c.relname, i.indpred IS NOT NULL`, Quote(table))
 		if err != nil {
 			return nil, fmt.Errorf("read the indexes of %q: %w", table, err)
 		}
@@ -164,7 +168,7 @@ GROUP BY c.relname`, Quote(table))
 		for rows.Next() {
 			var ix Index
 			var cols string
-			if err := rows.Scan(&ix.Name, &cols); err != nil {
+			if err := rows.Scan(&ix.Name, &ix.Partial, &cols); err != nil {
 				return nil, err
 			}
 			ix.Columns = strings.Split(cols, ",")
@@ -177,16 +181,18 @@ GROUP BY c.relname`, Quote(table))
 	if err != nil {
 		return nil, err
 	}
+	// Only an INTEGER PRIMARY KEY names the rowid; another primary key
+	// has an index of its own, which the list below reads.
 	var pk []string
 	for _, c := range cols {
 		if c.PK {
 			pk = append(pk, c.Name)
 		}
 	}
-	if len(pk) == 1 {
+	if len(pk) == 1 && slices.ContainsFunc(cols, func(c Column) bool { return c.Name == pk[0] && c.Type == "integer" }) {
 		out = append(out, Index{Name: "rowid", Columns: pk})
 	}
-	rows, err := db.QueryContext(ctx, `SELECT il.name, ii.seqno, ii.name FROM pragma_index_list(?1, ?2) AS il, pragma_index_info(il.name, ?2) AS ii WHERE il.partial = 0`, name, schema)
+	rows, err := db.QueryContext(ctx, `SELECT il.name, il.partial <> 0, ii.seqno, ii.name FROM pragma_index_list(?1, ?2) AS il, pragma_index_info(il.name, ?2) AS ii`, name, schema)
 	if err != nil {
 		return nil, fmt.Errorf("read the indexes of %q: %w", table, err)
 	}
@@ -196,19 +202,22 @@ GROUP BY c.relname`, Quote(table))
 		col string
 	}
 	byName := map[string][]entry{}
+	partial := map[string]bool{}
 	for rows.Next() {
 		var ix string
 		var e entry
 		var col sql.NullString
-		if err := rows.Scan(&ix, &e.seq, &col); err != nil {
+		var part bool
+		if err := rows.Scan(&ix, &part, &e.seq, &col); err != nil {
 			return nil, err
 		}
 		e.col = col.String
 		byName[ix] = append(byName[ix], e)
+		partial[ix] = part
 	}
 	for ix, es := range byName {
 		sort.Slice(es, func(i, j int) bool { return es[i].seq < es[j].seq })
-		idx := Index{Name: ix}
+		idx := Index{Name: ix, Partial: partial[ix]}
 		for _, e := range es {
 			idx.Columns = append(idx.Columns, e.col)
 		}

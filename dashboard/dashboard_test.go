@@ -59,6 +59,17 @@ func TestPagesShowQueuesAndEscapeRows(t *testing.T) {
 		contains(t, body, "invoices")
 		contains(t, body, `<span class="pill alive">alive</span>`)
 		contains(t, body, `<svg class="chart"`)
+		if strings.Contains(body, "pickups at the poll") {
+			t.Error("an instance whose pickups do not fall back is marked as polling")
+		}
+		// An instance whose pickups fall back to the poll (as the registry
+		// of one behind transaction pooling without ListenURL holds it).
+		now := time.Now().UnixMilli()
+		if _, err := s.b.DB().Exec(s.rebind("INSERT INTO sqlinbox_instances (id, service, version, host, pid, started_at, heartbeat_at, every_ms, pickup_fallback) VALUES ('polled', 'reports', '1', 'h', 1, $1, $1, 60000, 'no ListenURL <behind> the pooler')"), now); err != nil {
+			t.Fatal(err)
+		}
+		_, body = get(t, c, s.url(""))
+		contains(t, body, `<span class="pill" title="no ListenURL &lt;behind&gt; the pooler">pickups at the poll</span>`)
 
 		code, body = get(t, c, s.url("queue?table=jobs"))
 		if code != http.StatusOK {

@@ -51,8 +51,12 @@ type Instance struct {
 	Every                      time.Duration // its heartbeat interval
 	// Alive: its heartbeat is less than three intervals old, or less than
 	// five seconds.
-	Alive         bool
-	Subscriptions []RegisteredSubscription
+	Alive bool
+	// PickupFallback says why rows other processes write wait for the
+	// instance's poll, as its subscriptions' Stats().PickupFallback does
+	// (transaction pooling without ListenURL); "" when they do not.
+	PickupFallback string
+	Subscriptions  []RegisteredSubscription
 }
 
 // RegisteredSubscription is one subscription of an instance.
@@ -76,7 +80,7 @@ func (o *Operator) Instances(ctx context.Context) ([]Instance, error) {
 	for rows.Next() {
 		var in Instance
 		var started, beat, every int64
-		if err := rows.Scan(&in.ID, &in.Service, &in.Version, &in.Host, &in.PID, &started, &beat, &every); err != nil {
+		if err := rows.Scan(&in.ID, &in.Service, &in.Version, &in.Host, &in.PID, &started, &beat, &every, &in.PickupFallback); err != nil {
 			return nil, fmt.Errorf("inbox: list instances: %w", err)
 		}
 		in.Started, in.Heartbeat, in.Every = time.UnixMilli(started), time.UnixMilli(beat), time.Duration(every)*time.Millisecond
@@ -115,8 +119,11 @@ func (o *Operator) Instances(ctx context.Context) ([]Instance, error) {
 type QueueInfo struct {
 	QueueRef
 	Instances int // alive instances subscribed
-	Workers   int // their workers, all together
-	Paused    bool
+	// Polled is how many of them pick up rows other processes write at
+	// their poll, not by notification (see Instance.PickupFallback).
+	Polled  int
+	Workers int // their workers, all together
+	Paused  bool
 	// TablePaused: paused by a pause of the whole table (a group's
 	// subscriptions stop then too; resume the table, not the group).
 	TablePaused bool
@@ -153,6 +160,9 @@ func (o *Operator) Queues(ctx context.Context) ([]QueueInfo, error) {
 			if in.Alive {
 				q.Instances++
 				q.Workers += s.Workers
+				if in.PickupFallback != "" {
+					q.Polled++
+				}
 			}
 		}
 	}

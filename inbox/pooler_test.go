@@ -260,10 +260,11 @@ func TestListenURLRefusesTransactionPooling(t *testing.T) {
 }
 
 // The registry works behind transaction pooling: a registered service
-// records itself and its subscription.
+// records itself and its subscription, and that its pickups fall back to
+// the poll (ListenNotify without ListenURL), which the queue counts.
 func TestRegistryBehindTransactionPooling(t *testing.T) {
 	pooled := testdb.PgBouncer(t, testdb.PgBouncerTxEnv)
-	b, err := inbox.Open(pooled, inbox.PollInterval(50*time.Millisecond), inbox.WithHub(notify.NewHub()))
+	b, err := inbox.Open(pooled, inbox.PollInterval(50*time.Millisecond), inbox.WithHub(notify.NewHub()), inbox.ListenNotify())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,11 +299,30 @@ func TestRegistryBehindTransactionPooling(t *testing.T) {
 		}
 		for _, in := range all {
 			if in.Service == svc.Name && in.Alive && len(in.Subscriptions) == 1 {
+				if in.PickupFallback == "" || in.PickupFallback != b.Pickup().Fallback {
+					t.Fatalf("the registry's PickupFallback %q, want the broker's %q", in.PickupFallback, b.Pickup().Fallback)
+				}
 				return true
 			}
 		}
 		return false
 	})
+	qs, err := inbox.NewOperator(b).Queues(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, qi := range qs {
+		if qi.Table == q.Table() {
+			found = true
+			if qi.Instances != 1 || qi.Polled != 1 {
+				t.Fatalf("queue %s: %d instances, %d polled; want 1 and 1", qi.Table, qi.Instances, qi.Polled)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("queue of %s not listed: %+v", q.Table(), qs)
+	}
 }
 
 type writerFunc func(p []byte) (int, error)

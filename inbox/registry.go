@@ -225,7 +225,7 @@ func (r *registry) join(ctx context.Context) {
 			r.sql.ForgetSubs.Call(),
 			r.sql.LeaveSubs.Call(r.id),
 			r.sql.Leave.Call(r.id),
-			r.sql.Join.Call(r.id, r.svc.Name, r.svc.Version, host, os.Getpid(), r.started, now, r.cfg.heartbeat),
+			r.sql.Join.Call(r.id, r.svc.Name, r.svc.Version, host, os.Getpid(), r.started, now, r.cfg.heartbeat, r.b.pickup.Fallback),
 		}
 		for i, sub := range r.svc.subs {
 			roles, _ := json.Marshal(sub.roles())

@@ -114,3 +114,35 @@ func TestMySQLLocks(t *testing.T) {
 		}
 	}
 }
+
+// TestRegistryGainsPickupFallback: a registry an earlier version made (its
+// instances without pickup_fallback, one instance registered) gets the
+// column from ApplyRegistry, the row keeping '' in it, on every database;
+// applying it again changes nothing.
+func TestRegistryGainsPickupFallback(t *testing.T) {
+	for name, url := range map[string]func(testing.TB) string{"sqlite": testdb.SQLite, "postgres": testdb.Postgres, "mysql": testdb.MySQL} {
+		t.Run(name, func(t *testing.T) {
+			db := testdb.Open(t, url(t))
+			ctx := context.Background()
+			id := "VARCHAR(255)"
+			if name != "mysql" {
+				id = "text"
+			}
+			if _, err := db.ExecContext(ctx, "CREATE TABLE sqlinbox_instances (id "+id+" NOT NULL PRIMARY KEY, service text NOT NULL, version text NOT NULL, host text NOT NULL, pid integer NOT NULL, started_at bigint NOT NULL, heartbeat_at bigint NOT NULL, every_ms bigint NOT NULL)"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.ExecContext(ctx, "INSERT INTO sqlinbox_instances VALUES ('i', 's', 'v', 'h', 1, 0, 0, 1000)"); err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if err := migrations.ApplyRegistry(ctx, db); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var fallback string
+			if err := db.QueryRowContext(ctx, "SELECT pickup_fallback FROM sqlinbox_instances WHERE id = 'i'").Scan(&fallback); err != nil || fallback != "" {
+				t.Fatalf("pickup_fallback of an instance an earlier version registered: %q, %v; want ''", fallback, err)
+			}
+		})
+	}
+}

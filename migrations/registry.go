@@ -15,10 +15,25 @@ import (
 // command's queues, instances, pause and resume read and write them.
 // Idempotent: apply it at every start.
 func ApplyRegistry(ctx context.Context, db *sql.DB) error {
-	return run(ctx, db, "registry.sql", strings.NewReplacer(
+	err := run(ctx, db, "registry.sql", strings.NewReplacer(
 		"{{instances}}", dialect.RegistryInstances,
 		"{{subscriptions}}", dialect.RegistrySubscriptions,
 		"{{minutes}}", dialect.RegistryMinutes,
 		"{{paused}}", dialect.RegistryPaused,
 	))
+	if err != nil {
+		return err
+	}
+	d, err := dialect.Detect(db)
+	if err != nil || d.Kind == dialect.Postgres {
+		return err // Postgres adds them in registry.sql
+	}
+	return addColumns(ctx, db, d, "registry.sql", registryColumns[d.Kind])
+}
+
+// registryColumns are the columns added since the first version of the
+// registry's tables, as registry.sql declares them (SQLite; MariaDB/MySQL).
+var registryColumns = map[dialect.Kind][]column{
+	dialect.SQLite: {{dialect.RegistryInstances, "pickup_fallback", "TEXT NOT NULL DEFAULT ''"}},
+	dialect.MySQL:  {{dialect.RegistryInstances, "pickup_fallback", "VARCHAR(1024) NOT NULL DEFAULT ''"}},
 }

@@ -27,12 +27,12 @@ func ApplySchedules(ctx context.Context, db *sql.DB) error {
 	if err != nil || d.Kind != dialect.SQLite {
 		return err // Postgres adds them in schedule.sql
 	}
-	return addColumns(ctx, db, scheduleColumns)
+	return addColumns(ctx, db, d, "schedule.sql", scheduleColumns)
 }
 
 // scheduleColumns are the columns added since the first version of the
 // SQLite schedule tables, as schedule.sql declares them.
-var scheduleColumns = []struct{ table, column, decl string }{
+var scheduleColumns = []column{
 	{dialect.ScheduleHeartbeats, "spec", "TEXT NOT NULL DEFAULT ''"},
 	{dialect.ScheduleHeartbeats, "placement", "TEXT NOT NULL DEFAULT ''"},
 	{dialect.ScheduleHeartbeats, "next_at", "TEXT"},
@@ -44,21 +44,30 @@ var scheduleColumns = []struct{ table, column, decl string }{
 	{dialect.ScheduleShares, "error", "TEXT"},
 }
 
-// addColumns adds the missing ones of cols to SQLite tables. Two processes
-// adding one column at once race: the loser's "duplicate column name" means
-// the column is there, as wanted.
-func addColumns(ctx context.Context, db *sql.DB, cols []struct{ table, column, decl string }) error {
+// column is one a later version added to a table, declared as its
+// migration declares it.
+type column struct{ table, column, decl string }
+
+// addColumns adds the missing ones of cols to tables of file, on SQLite or
+// MariaDB/MySQL (Postgres adds them in its file, with ADD COLUMN IF NOT
+// EXISTS, which MySQL lacks). Two processes adding one column at once race:
+// the loser's duplicate column error means the column is there, as wanted.
+func addColumns(ctx context.Context, db *sql.DB, d *dialect.Dialect, file string, cols []column) error {
 	for _, c := range cols {
+		q := "SELECT count(*) FROM pragma_table_info(?) WHERE name = ?"
+		if d.Kind == dialect.MySQL {
+			q = "SELECT count(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?"
+		}
 		var n int
-		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM pragma_table_info(?) WHERE name = ?", c.table, c.column).Scan(&n); err != nil {
-			return fmt.Errorf("migrations: sqlite schedule.sql: read the columns of %s: %w", c.table, err)
+		if err := db.QueryRowContext(ctx, q, c.table, c.column).Scan(&n); err != nil {
+			return fmt.Errorf("migrations: %s %s: read the columns of %s: %w", d, file, c.table, err)
 		}
 		if n > 0 {
 			continue
 		}
-		_, err := db.ExecContext(ctx, "ALTER TABLE "+dialect.Quote(c.table)+" ADD COLUMN "+c.column+" "+c.decl)
-		if err != nil && !strings.Contains(err.Error(), "duplicate column name") {
-			return fmt.Errorf("migrations: sqlite schedule.sql: add column %s to %s: %w", c.column, c.table, err)
+		_, err := db.ExecContext(ctx, "ALTER TABLE "+d.Quote(c.table)+" ADD COLUMN "+c.column+" "+c.decl)
+		if err != nil && !strings.Contains(strings.ToLower(err.Error()), "duplicate column") {
+			return fmt.Errorf("migrations: %s %s: add column %s to %s: %w", d, file, c.column, c.table, err)
 		}
 	}
 	return nil

@@ -61,22 +61,22 @@ that stopped there).`, onDatabase, func(ctx context.Context, s *opSession) error
 				return err
 			}
 			return s.emit(queuesJSON(qs), func(w io.Writer) {
-				fmt.Fprintln(w, "TABLE\tGROUP\tAVAILABLE\tHELD\tDELAYED\tPARKED\tOLDEST\tINSTANCES\tWORKERS\tPAUSED")
+				fmt.Fprintln(w, "TABLE\tGROUP\tAVAILABLE\tHELD\tDELAYED\tPARKED\tOLDEST\tINSTANCES\tPOLLED\tWORKERS\tPAUSED")
 				for _, q := range qs {
 					paused := yes(q.Paused)
 					if q.TablePaused {
 						paused = "yes (table)"
 					}
 					if q.StateErr != nil {
-						fmt.Fprintf(w, "%s\t%s\t(%v)\t\t\t\t\t%d\t%d\t%s\n", q.Table, dash(q.Group), q.StateErr, q.Instances, q.Workers, paused)
+						fmt.Fprintf(w, "%s\t%s\t(%v)\t\t\t\t\t%d\t%d\t%d\t%s\n", q.Table, dash(q.Group), q.StateErr, q.Instances, q.Polled, q.Workers, paused)
 						continue
 					}
 					c, st := "", q.State
 					if st.Capped {
 						c = "+"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%d%s\t%d%s\t%d%s\t%d%s\t%s\t%d\t%d\t%s\n", q.Table, dash(q.Group), st.Available, c, st.Held, c, st.Delayed, c,
-						st.Parked, c, age(st.Oldest), q.Instances, q.Workers, paused)
+					fmt.Fprintf(w, "%s\t%s\t%d%s\t%d%s\t%d%s\t%d%s\t%s\t%d\t%d\t%d\t%s\n", q.Table, dash(q.Group), st.Available, c, st.Held, c, st.Delayed, c,
+						st.Parked, c, age(st.Oldest), q.Instances, q.Polled, q.Workers, paused)
 				}
 			})
 		})
@@ -267,7 +267,7 @@ func instancesCommand() *cobra.Command {
 				return err
 			}
 			return s.emit(instancesJSON(is), func(w io.Writer) {
-				fmt.Fprintln(w, "INSTANCE\tSERVICE\tVERSION\tHOST\tPID\tSTATUS\tSTARTED\tHEARTBEAT\tSUBSCRIPTIONS")
+				fmt.Fprintln(w, "INSTANCE\tSERVICE\tVERSION\tHOST\tPID\tSTATUS\tSTARTED\tHEARTBEAT\tPOLL FALLBACK\tSUBSCRIPTIONS")
 				for _, in := range is {
 					status := "alive"
 					if !in.Alive {
@@ -277,8 +277,8 @@ func instancesCommand() *cobra.Command {
 					for _, sub := range in.Subscriptions {
 						subs = append(subs, fmt.Sprintf("%s (%s, %d workers)", queueName(inbox.QueueRef{Table: sub.Table, Group: sub.Group}), sub.Form, sub.Workers))
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s ago\t%s\n", in.ID, in.Service, in.Version, in.Host, in.PID, status,
-						ago(in.Started), ago(in.Heartbeat), strings.Join(subs, "; "))
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s ago\t%s\t%s\n", in.ID, in.Service, in.Version, in.Host, in.PID, status,
+						ago(in.Started), ago(in.Heartbeat), yes(in.PickupFallback != ""), strings.Join(subs, "; "))
 				}
 			})
 		})

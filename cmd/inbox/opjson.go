@@ -24,17 +24,20 @@ type queueJSON struct {
 	// OldestAgeSeconds is the oldest available row's age; null when none.
 	OldestAgeSeconds *float64 `json:"oldest_age_seconds"`
 	Instances        int      `json:"instances"`
-	Workers          int      `json:"workers"`
-	Paused           bool     `json:"paused"`
-	TablePaused      bool     `json:"table_paused"`
-	Error            string   `json:"error,omitempty"`
+	// Polled is how many of those instances pick up rows other processes
+	// write at their poll (transaction pooling without ListenURL).
+	Polled      int    `json:"polled"`
+	Workers     int    `json:"workers"`
+	Paused      bool   `json:"paused"`
+	TablePaused bool   `json:"table_paused"`
+	Error       string `json:"error,omitempty"`
 }
 
 func queuesJSON(qs []inbox.QueueInfo) []queueJSON {
 	out := []queueJSON{}
 	for _, q := range qs {
 		j := queueJSON{Table: q.Table, Group: q.Group, Available: q.State.Available, Held: q.State.Held, Delayed: q.State.Delayed,
-			Parked: q.State.Parked, Capped: q.State.Capped, Instances: q.Instances, Workers: q.Workers, Paused: q.Paused,
+			Parked: q.State.Parked, Capped: q.State.Capped, Instances: q.Instances, Polled: q.Polled, Workers: q.Workers, Paused: q.Paused,
 			TablePaused: q.TablePaused, OldestAgeSeconds: ageSeconds(q.State.Oldest)}
 		if q.StateErr != nil {
 			j.Error = q.StateErr.Error()
@@ -108,16 +111,19 @@ func utc(t time.Time) *time.Time {
 }
 
 type instanceJSON struct {
-	ID                       string             `json:"id"`
-	Service                  string             `json:"service"`
-	Version                  string             `json:"version"`
-	Host                     string             `json:"host"`
-	PID                      int                `json:"pid"`
-	Alive                    bool               `json:"alive"`
-	StartedAt                *time.Time         `json:"started_at"`
-	HeartbeatAt              *time.Time         `json:"heartbeat_at"`
-	HeartbeatIntervalSeconds float64            `json:"heartbeat_interval_seconds"`
-	Subscriptions            []subscriptionJSON `json:"subscriptions"`
+	ID                       string     `json:"id"`
+	Service                  string     `json:"service"`
+	Version                  string     `json:"version"`
+	Host                     string     `json:"host"`
+	PID                      int        `json:"pid"`
+	Alive                    bool       `json:"alive"`
+	StartedAt                *time.Time `json:"started_at"`
+	HeartbeatAt              *time.Time `json:"heartbeat_at"`
+	HeartbeatIntervalSeconds float64    `json:"heartbeat_interval_seconds"`
+	// PickupFallback says why rows other processes write wait for the
+	// instance's poll; "" when they do not.
+	PickupFallback string             `json:"pickup_fallback"`
+	Subscriptions  []subscriptionJSON `json:"subscriptions"`
 }
 
 type subscriptionJSON struct {
@@ -134,7 +140,7 @@ func instancesJSON(is []inbox.Instance) []instanceJSON {
 	out := []instanceJSON{}
 	for _, in := range is {
 		j := instanceJSON{ID: in.ID, Service: in.Service, Version: in.Version, Host: in.Host, PID: in.PID, Alive: in.Alive,
-			StartedAt: utc(in.Started), HeartbeatAt: utc(in.Heartbeat), HeartbeatIntervalSeconds: in.Every.Seconds(),
+			StartedAt: utc(in.Started), HeartbeatAt: utc(in.Heartbeat), HeartbeatIntervalSeconds: in.Every.Seconds(), PickupFallback: in.PickupFallback,
 			Subscriptions: []subscriptionJSON{}}
 		for _, s := range in.Subscriptions {
 			cols := map[string]string{}

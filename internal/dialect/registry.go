@@ -56,7 +56,7 @@ func (d *Dialect) Registry() RegistrySQL {
 	// The placeholders are the order of each statement's Call.
 	x := func(sql string) text { return d.text(sql, Times{}) }
 	r := RegistrySQL{
-		Join: JoinSQL{x("INSERT INTO " + RegistryInstances + " (id, service, version, host, pid, started_at, heartbeat_at, every_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")},
+		Join: JoinSQL{x("INSERT INTO " + RegistryInstances + " (id, service, version, host, pid, started_at, heartbeat_at, every_ms, pickup_fallback) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")},
 		JoinSub: JoinSubSQL{x("INSERT INTO " + RegistrySubscriptions + " (instance, position, name, table_name, group_name, form, workers, lease_ms, roles) " +
 			"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")},
 		Leave:      InstanceSQL{x("DELETE FROM " + RegistryInstances + " WHERE id = $1")},
@@ -66,7 +66,7 @@ func (d *Dialect) Registry() RegistrySQL {
 		Prune:      BeforeSQL{x("DELETE FROM " + RegistryMinutes + " WHERE minute < $1")},
 		Resume:     QueueSQL{x("DELETE FROM " + RegistryPaused + " WHERE table_name = $1 AND group_name = $2")},
 		Paused:     PlainSQL{x("SELECT table_name, group_name, paused_at FROM " + RegistryPaused + " ORDER BY table_name, group_name")},
-		Instances: PlainSQL{x("SELECT id, service, version, host, pid, started_at, heartbeat_at, every_ms FROM " + RegistryInstances +
+		Instances: PlainSQL{x("SELECT id, service, version, host, pid, started_at, heartbeat_at, every_ms, pickup_fallback FROM " + RegistryInstances +
 			" ORDER BY service, started_at, id")},
 		Subscriptions: PlainSQL{x("SELECT instance, position, name, table_name, group_name, form, workers, lease_ms, roles FROM " + RegistrySubscriptions +
 			" ORDER BY instance, position")},

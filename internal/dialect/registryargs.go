@@ -9,9 +9,10 @@ import "time"
 type JoinSQL struct{ text }
 
 // Call inserts instance id of service at version, on host as process pid,
-// started at started, its heartbeat at heartbeat every every.
-func (s JoinSQL) Call(id, service, version, host string, pid int, started, heartbeat time.Time, every time.Duration) Call {
-	return s.call(id, service, version, host, pid, started.UnixMilli(), heartbeat.UnixMilli(), every.Milliseconds())
+// started at started, its heartbeat at heartbeat every every, with why its
+// pickups fall back to the poll ("" when they do not).
+func (s JoinSQL) Call(id, service, version, host string, pid int, started, heartbeat time.Time, every time.Duration, pickupFallback string) Call {
+	return s.call(id, service, version, host, pid, started.UnixMilli(), heartbeat.UnixMilli(), every.Milliseconds(), pickupFallback)
 }
 
 // JoinSubSQL inserts one subscription of an instance.

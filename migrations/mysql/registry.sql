@@ -12,7 +12,10 @@ CREATE TABLE IF NOT EXISTS {{instances}} (
     heartbeat_at BIGINT       NOT NULL,
     -- the heartbeat's interval: an instance is gone once its heartbeat is
     -- three intervals old
-    every_ms     BIGINT       NOT NULL
+    every_ms     BIGINT       NOT NULL,
+    -- why its pickups wait for the poll ('' when notifications or a
+    -- poll were what it asked for): Stats().PickupFallback
+    pickup_fallback VARCHAR(1024) NOT NULL DEFAULT ''
 ) ENGINE=InnoDB
 -- ;
 CREATE TABLE IF NOT EXISTS {{subscriptions}} (

@@ -11,8 +11,13 @@ CREATE TABLE IF NOT EXISTS {{instances}} (
     heartbeat_at bigint  NOT NULL,
     -- the heartbeat's interval: an instance is gone once its heartbeat is
     -- three intervals old
-    every_ms     bigint  NOT NULL
+    every_ms     bigint  NOT NULL,
+    -- why its pickups wait for the poll ('' when notifications or a
+    -- poll were what it asked for): Stats().PickupFallback
+    pickup_fallback text NOT NULL DEFAULT ''
 )
+-- ;
+ALTER TABLE {{instances}} ADD COLUMN IF NOT EXISTS pickup_fallback text NOT NULL DEFAULT ''
 -- ;
 CREATE TABLE IF NOT EXISTS {{subscriptions}} (
     instance   text    NOT NULL,

@@ -117,7 +117,7 @@ func TestMySQLLocks(t *testing.T) {
 
 // TestRegistryGainsPickupFallback: a registry an earlier version made (its
 // instances without pickup_fallback, one instance registered) gets the
-// column from ApplyRegistry, the row keeping '' in it, on every database;
+// column from ApplyRegistry, the row keeping ” in it, on every database;
 // applying it again changes nothing.
 func TestRegistryGainsPickupFallback(t *testing.T) {
 	for name, url := range map[string]func(testing.TB) string{"sqlite": testdb.SQLite, "postgres": testdb.Postgres, "mysql": testdb.MySQL} {

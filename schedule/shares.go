@@ -149,11 +149,6 @@ func (s *Scheduler) markDone(e *entry, r Run, h *heldShare, failed bool, text st
 		return err
 	}
 	err := send()
-	if err == nil || !s.d.Unreachable(err) {
-		return err
-	}
-	s.log.Warn("schedule: could not mark a share done; sent again while its lease lasts",
-		"schedule", e.name, "instance", s.name, "fired_at", r.FiredAt, "worker", r.Worker, "error", err)
 	tries, pause := 1, doneFirst
 	for err != nil && s.d.Unreachable(err) {
 		s.heldMu.Lock()
@@ -162,6 +157,10 @@ func (s *Scheduler) markDone(e *entry, r Run, h *heldShare, failed bool, text st
 		left := until.Sub(s.clk.Now())
 		if left <= 0 {
 			return fmt.Errorf("%w (sent %d times until the share's lease neared its end)", err, tries)
+		}
+		if tries == 1 {
+			s.log.Warn("schedule: could not mark a share done; sent again while its lease lasts",
+				"schedule", e.name, "instance", s.name, "fired_at", r.FiredAt, "worker", r.Worker, "error", err)
 		}
 		t := time.NewTimer(min(pause, left))
 		select {
@@ -174,7 +173,7 @@ func (s *Scheduler) markDone(e *entry, r Run, h *heldShare, failed bool, text st
 		tries++
 		err = send()
 	}
-	if err == nil {
+	if err == nil && tries > 1 {
 		s.log.Info("schedule: a share's done sent again landed", "schedule", e.name, "instance", s.name,
 			"fired_at", r.FiredAt, "worker", r.Worker, "tries", tries)
 	}

@@ -49,12 +49,14 @@ func (e *Engine) again(ctx context.Context, j *contract.Job, what string, holdEn
 		return err
 	}
 	until := holdEnds.Add(-e.cfg.Lease / 10)
-	e.logger().Warn("inbox: "+what+" failed with the database; sent again until the row's lease nears its end", "table", e.cfg.Table, "id", j.ID, "until", until, "err", err)
-	pause := resendFirst
+	pause, first := resendFirst, tries
 	for err != nil && !errors.Is(err, contract.ErrLost) && e.cfg.Unreachable(err) {
 		left := until.Sub(e.cfg.Clock.Now())
 		if left <= 0 {
 			return fmt.Errorf("%w (sent %d times until the row's lease neared its end)", err, tries)
+		}
+		if tries == first {
+			e.logger().Warn("inbox: "+what+" failed with the database; sent again until the row's lease nears its end", "table", e.cfg.Table, "id", j.ID, "until", until, "err", err)
 		}
 		t := time.NewTimer(min(pause, left))
 		select {

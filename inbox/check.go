@@ -95,12 +95,15 @@ func checkTable(ctx context.Context, b *Broker, table string, s *shape, grouped 
 		return claim.Table{}, fmt.Errorf("inbox: table %q: write the fixes: %w", table, err)
 	}
 	rebuiltBy := ""
-	for _, f := range fixes {
+	for i, f := range fixes {
 		ch := changes[f.Change]
 		p := TableProblem{Column: ch.Column, Problem: why[f.Change], Fix: f.DDL}
-		if f.DDL == "" {
+		switch {
+		case i > 0 && fixes[i-1].Change == f.Change:
+			p.Problem = "then takes the second statement of its fix"
+		case f.DDL == "":
 			p.Problem += fmt.Sprintf(" (the rebuild that fixes column %q fixes it too)", rebuiltBy)
-		} else if rebuiltBy == "" {
+		case rebuiltBy == "":
 			rebuiltBy = ch.Column
 		}
 		problems = append(problems, p)

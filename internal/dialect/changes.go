@@ -28,7 +28,9 @@ type ColumnChange struct {
 	Fill       string // SetNotNull: the value its NULLs become, and its default where it has none
 }
 
-// Fix is the DDL of the change at index Change of a ColumnFixes call.
+// Fix is the DDL of the change at index Change of a ColumnFixes call. A
+// change made by two statements (NOT NULL on MariaDB/MySQL: the NULLs set,
+// then the column altered) has two fixes in a row.
 type Fix struct {
 	Change int
 	DDL    string // "" where an earlier fix (SQLite's one rebuild) made the change too
@@ -36,7 +38,8 @@ type Fix struct {
 
 // ColumnFixes writes the DDL of changes to table (of columns cols), in the
 // order it runs, each fix runnable as printed after those before it. On
-// Postgres and MariaDB/MySQL each change is one fix, in the order given. On
+// Postgres and MariaDB/MySQL each change is one fix (MariaDB/MySQL's NOT
+// NULL two), in the order given. On
 // SQLite, whose ALTER TABLE only adds columns, every other change is made by
 // one rebuild (see SQLiteRebuild), first, as the fix of the first such
 // change; the others it makes follow it with no DDL of their own; then the
@@ -46,6 +49,14 @@ func (d *Dialect) ColumnFixes(ctx context.Context, db *sql.DB, table string, col
 	if d.Kind != SQLite {
 		out := make([]Fix, 0, len(changes))
 		for i, ch := range changes {
+			if d.Kind == MySQL && ch.Kind == SetNotNull {
+				// A pool runs one statement at a time: two fixes.
+				c := column(cols, ch.Column)
+				for _, stmt := range d.mysqlNotNull(table, c, ch.Fill, cmpOr(c.Default, ch.Fill)) {
+					out = append(out, Fix{Change: i, DDL: stmt})
+				}
+				continue
+			}
 			ddl, err := d.columnFix(ctx, db, table, cols, ch)
 			if err != nil {
 				return nil, err

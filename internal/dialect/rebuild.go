@@ -41,10 +41,7 @@ func (d *Dialect) NotNullFix(ctx context.Context, db Querier, table string, cols
 			map[string]string{col: fmt.Sprintf("COALESCE(%s, %s)", Quote(col), fill)})
 	}
 	if d.Kind == MySQL {
-		// Two statements: a column with NULLs is not made NOT NULL in
-		// strict mode. The ALTER keeps the column's default, or sets fill.
-		return fmt.Sprintf("UPDATE %[1]s SET %[2]s = %[3]s WHERE %[2]s IS NULL; ALTER TABLE %[1]s MODIFY COLUMN %[2]s %[4]s NOT NULL DEFAULT %[5]s",
-			d.Quote(table), d.Quote(col), fill, strings.ToUpper(c.Type), dflt), nil
+		return strings.Join(d.mysqlNotNull(table, c, fill, dflt), "; "), nil
 	}
 	setDefault := ""
 	if c.Default == "" {
@@ -52,6 +49,16 @@ func (d *Dialect) NotNullFix(ctx context.Context, db Querier, table string, cols
 	}
 	return fmt.Sprintf("BEGIN; UPDATE %[1]s SET %[2]s = %[3]s WHERE %[2]s IS NULL; ALTER TABLE %[1]s%[4]s ALTER COLUMN %[2]s SET NOT NULL; COMMIT;",
 		Quote(table), Quote(col), fill, setDefault), nil
+}
+
+// mysqlNotNull is NotNullFix on MariaDB/MySQL: two statements, since a
+// column with NULLs is not made NOT NULL in strict mode. The ALTER keeps
+// the column's default dflt, or sets fill.
+func (d *Dialect) mysqlNotNull(table string, c Column, fill, dflt string) []string {
+	return []string{
+		fmt.Sprintf("UPDATE %[1]s SET %[2]s = %[3]s WHERE %[2]s IS NULL", d.Quote(table), d.Quote(c.Name), fill),
+		fmt.Sprintf("ALTER TABLE %s MODIFY COLUMN %s %s NOT NULL DEFAULT %s", d.Quote(table), d.Quote(c.Name), strings.ToUpper(c.Type), dflt),
+	}
 }
 
 // sqliteRebuild is SQLiteRebuild copying column c as the expression

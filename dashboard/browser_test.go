@@ -17,6 +17,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
 	"github.com/sqlinbox/sqlinbox/migrations"
+	"github.com/sqlinbox/sqlinbox/schedule"
 )
 
 // browserDBs runs a browser test on SQLite, Postgres and MariaDB.
@@ -351,4 +352,87 @@ func TestBrowserWithoutRegistry(t *testing.T) {
 	if bad := text(t, ctx, ".flash.bad"); bad != "" {
 		t.Errorf("an error banner on a database without the registry: %q", bad)
 	}
+}
+
+// From the schedules page, an operator runs a schedule its code places on
+// one instance on every instance: the next moments run on both; and
+// gives it back its code's placement. Read-only shows no such form.
+func TestBrowserSchedulePlacement(t *testing.T) {
+	eachDB(t, func(t *testing.T, dbURL string) {
+		s := newSite(t, dbURL, dashboard.Refresh(liveRefresh))
+		ctx := context.Background()
+		db := s.b.DB()
+		if err := migrations.ApplySchedules(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+		ran := make(chan schedule.Run, 1000)
+		for _, name := range []string{"packer-a", "packer-b"} {
+			sch, err := schedule.New(db, schedule.Instance(name), schedule.HeartbeatEvery(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sch.Add("report", schedule.Every(time.Second), schedule.One, func(ctx context.Context, r schedule.Run) error {
+				select {
+				case ran <- r:
+				default:
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := sch.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { sch.Stop(context.Background()) })
+		}
+		// bothRan waits for a moment that fired after since and ran on
+		// both instances.
+		bothRan := func(since time.Time) {
+			t.Helper()
+			seen := map[time.Time]map[string]bool{}
+			deadline := time.After(inboxtest.Timeout)
+			for {
+				select {
+				case r := <-ran:
+					if r.FiredAt.Before(since) {
+						continue
+					}
+					if seen[r.FiredAt] == nil {
+						seen[r.FiredAt] = map[string]bool{}
+					}
+					seen[r.FiredAt][r.InstanceName] = true
+					if len(seen[r.FiredAt]) == 2 {
+						return
+					}
+				case <-deadline:
+					t.Fatalf("no moment after %v ran on both instances within %v: %v", since, inboxtest.Timeout, seen)
+				}
+			}
+		}
+		bctx := browser(t)
+		do(t, bctx, "schedules", chromedp.Navigate(s.url("schedules")), chromedp.WaitVisible(`tr[data-placement="report"]`))
+		do(t, bctx, "choose every instance", chromedp.SetValue(`tr[data-placement="report"] select`, "every-instance"))
+		set := time.Now()
+		click(t, bctx, "set", `tr[data-placement="report"] .set-placement`, chromedp.WaitVisible(`#flash`))
+		if got := text(t, bctx, "#flash"); got != "report runs every-instance from its next moment on" {
+			t.Errorf("flash after set: %q", got)
+		}
+		bothRan(set.Add(time.Second)) // the moment in progress may have been dealt before
+		t.Logf("a moment ran on both instances %v after the click", time.Since(set).Round(time.Millisecond))
+		if got := text(t, bctx, `tr[data-schedule="report"] .overridden`); got != "every-instance" {
+			t.Errorf("the schedules table shows the override as %q, want every-instance", got)
+		}
+		screenshot(t, bctx, "dashboard-placement")
+		click(t, bctx, "reset", `tr[data-placement="report"] .reset-placement`, chromedp.WaitVisible(`#flash`))
+		if got := text(t, bctx, "#flash"); got != "report runs as its code places it from its next moment on" {
+			t.Errorf("flash after reset: %q", got)
+		}
+		if over, err := schedule.Overrides(ctx, db); err != nil || len(over) != 0 {
+			t.Errorf("overrides after the reset: %v, %v; want none", over, err)
+		}
+		if got := text(t, bctx, `tr[data-schedule="report"] .overridden`); got != "" {
+			t.Errorf("the schedules table still shows an override after the reset: %q", got)
+		}
+		pwned(t, bctx)
+	})
 }

@@ -153,6 +153,7 @@ func New(b *inbox.Broker, opts ...Option) (*Handler, error) {
 	h.mux.HandleFunc("GET /locks", h.locks)
 	h.mux.HandleFunc("GET /schedules", h.schedules)
 	h.mux.HandleFunc("POST /action", h.action)
+	h.mux.HandleFunc("POST /schedule-placement", h.placement)
 	h.mux.Handle("GET /static/", http.StripPrefix("/static", h.static))
 	return h, nil
 }

@@ -164,6 +164,21 @@ func TestReadOnly(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("read-only POST: %d, want 403", resp.StatusCode)
 	}
+	_, body = get(t, c, s.url("schedules"))
+	if strings.Contains(body, "schedule-placement") {
+		t.Fatalf("read-only schedules page shows the placement form:\n%s", body)
+	}
+	v = url.Values{"schedule": {"report"}, "op": {"set"}, "placement": {"every-instance"}}
+	if tok != nil {
+		v.Set("csrf", tok[1])
+	}
+	if resp, err = c.PostForm(s.url("schedule-placement"), v); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("read-only placement POST: %d, want 403", resp.StatusCode)
+	}
 }
 
 // Only registered queues are shown or changed; the bare prefix redirects to

@@ -1,7 +1,9 @@
 package dashboard
 
 import (
+	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/sqlinbox/sqlinbox/lock"
 	"github.com/sqlinbox/sqlinbox/schedule"
@@ -26,5 +28,55 @@ func (h *Handler) schedules(w http.ResponseWriter, r *http.Request) {
 		p.Err = err.Error()
 	}
 	p.Schedules = st
+	for _, pl := range []schedule.Placement{schedule.One, schedule.EveryInstance, schedule.EveryWorker} {
+		p.Placements = append(p.Placements, pl.String())
+	}
 	h.render(w, "schedules", p)
+}
+
+// placement sets or resets a schedule's placement (schedule.SetPlacement,
+// schedule.ResetPlacement) for the schedules page: a schedule the tables
+// know, with the page's CSRF token, never in read-only mode.
+func (h *Handler) placement(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.ReadOnly {
+		http.Error(w, "dashboard: read-only", http.StatusForbidden)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "dashboard: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if why := checkCSRF(r); why != "" {
+		http.Error(w, "dashboard: "+why, http.StatusForbidden)
+		return
+	}
+	ctx := r.Context()
+	name := r.PostFormValue("schedule")
+	st, err := schedule.Inspect(ctx, h.db, 1)
+	if err != nil || !slices.ContainsFunc(st.Schedules, func(s schedule.Summary) bool { return s.Name == name }) {
+		http.Error(w, fmt.Sprintf("dashboard: no schedule %q runs on this database", name), http.StatusNotFound)
+		return
+	}
+	var msg string
+	switch r.PostFormValue("op") {
+	case "set":
+		var p schedule.Placement
+		if p, err = schedule.ParsePlacement(r.PostFormValue("placement")); err == nil {
+			err = schedule.SetPlacement(ctx, h.db, name, p)
+		}
+		msg = fmt.Sprintf("%s runs %s from its next moment on", name, p)
+	case "reset":
+		_, err = schedule.ResetPlacement(ctx, h.db, name)
+		msg = name + " runs as its code places it from its next moment on"
+	default:
+		err = fmt.Errorf("unknown action %q", r.PostFormValue("op"))
+	}
+	if err != nil {
+		msg = err.Error()
+		h.cfg.Logger.Warn("dashboard: placement failed", "schedule", name, "err", err)
+	}
+	setFlash(w, msg, err != nil)
+	w.Header().Set("Location", "schedules") // relative: see action
+	w.WriteHeader(http.StatusSeeOther)
 }

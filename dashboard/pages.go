@@ -40,6 +40,7 @@ type page struct {
 	// NoRegistry: the database has no registry tables yet; the page says
 	// how to create them instead of showing the error.
 	NoRegistry bool
+	Placements []string     // the placements a schedule may be given
 	Row        *rowDetail   // the row page's row
 	Confirm    *confirmView // the confirmation a bulk action asks for
 }

@@ -9,8 +9,9 @@ import (
 )
 
 // ApplyRegistry creates the registry's tables (instances, their
-// subscriptions, per-minute counts per queue, paused queues; named in
-// internal/dialect) if they do not exist, on Postgres or SQLite. Services
+// subscriptions, per-minute counts per queue, paused queues, placements
+// set over the schedules' code; named in internal/dialect) if they do not
+// exist, on Postgres, SQLite, MariaDB or MySQL. Services
 // that call Service.Register record themselves there, and the inbox
 // command's queues, instances, pause and resume read and write them.
 // Idempotent: apply it at every start.
@@ -20,6 +21,7 @@ func ApplyRegistry(ctx context.Context, db *sql.DB) error {
 		"{{subscriptions}}", dialect.RegistrySubscriptions,
 		"{{minutes}}", dialect.RegistryMinutes,
 		"{{paused}}", dialect.RegistryPaused,
+		"{{placements}}", dialect.SchedulePlacements,
 	))
 	if err != nil {
 		return err

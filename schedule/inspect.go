@@ -38,6 +38,10 @@ type Summary struct {
 	LastErrorAt    time.Time
 	LastErrorBy    string
 	Members        []Heartbeat // live and expired
+	// Override is the placement an operator set over the code's
+	// (SetPlacement), which every instance runs the schedule under; nil
+	// when none is set. Placement is the code's.
+	Override *Override
 }
 
 // Heartbeat is one instance's membership of one schedule, and what it
@@ -135,6 +139,15 @@ func Inspect(ctx context.Context, db *sql.DB, limit int) (Status, error) {
 		return Status{}, fmt.Errorf("schedule: inspect the schedule tables: %w (did migrations.ApplySchedules run?)", err)
 	}
 	st.summarize(time.Now())
+	over, err := Overrides(ctx, db)
+	if err != nil {
+		return Status{}, err
+	}
+	for i := range st.Schedules {
+		if o, ok := over[st.Schedules[i].Name]; ok {
+			st.Schedules[i].Override = &o
+		}
+	}
 	return st, nil
 }
 

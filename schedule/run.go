@@ -269,18 +269,20 @@ func (s *Scheduler) loop(ctx context.Context, e *entry) {
 // its shares unless another instance did first, then claims the shares
 // dealt to this instance and runs them.
 func (s *Scheduler) fire(ctx context.Context, e *entry, at time.Time) error {
-	skip := e.skipBusy && e.running.Load() > 0
-	if skip && e.placement == One {
-		s.log.Info("schedule: previous run still busy; moment skipped on this instance",
-			"schedule", e.name, "instance", s.name, "fired_at", at)
-		return nil // another instance may win the moment and run it
-	}
 	// As in heartbeats: the statements run to their end when Stop comes
 	// meanwhile, so none commits after Stop returned; shares claimed after
 	// Stop began are handed back, not run.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ttl)
 	defer cancel()
-	if err := s.deal(sctx, e, at); err != nil {
+	placement := s.placementOf(sctx, e)
+	e.effective.Store(int32(placement))
+	skip := e.skipBusy && e.running.Load() > 0
+	if skip && placement == One {
+		s.log.Info("schedule: previous run still busy; moment skipped on this instance",
+			"schedule", e.name, "instance", s.name, "fired_at", at)
+		return nil // another instance may win the moment and run it
+	}
+	if err := s.deal(sctx, e, at, placement); err != nil {
 		return err
 	}
 	if skip {
@@ -296,7 +298,7 @@ func (s *Scheduler) fire(ctx context.Context, e *entry, at time.Time) error {
 	if err != nil {
 		return fmt.Errorf("claim this instance's shares: %w", err)
 	}
-	if len(runs) == 0 && e.placement != One {
+	if len(runs) == 0 && placement != One {
 		s.log.Debug("schedule: no share dealt to this instance (it joined after the moment's membership was written); it takes part from the next moment",
 			"schedule", e.name, "instance", s.name, "fired_at", at)
 	}
@@ -305,9 +307,10 @@ func (s *Scheduler) fire(ctx context.Context, e *entry, at time.Time) error {
 }
 
 // deal writes the moment's row with the membership this instance sees and,
-// if that insert wins, the moment's shares, in one transaction: an instance
+// if that insert wins, the moment's shares placed as placement, in one
+// transaction: an instance
 // that finds the row finds its shares too.
-func (s *Scheduler) deal(ctx context.Context, e *entry, at time.Time) error {
+func (s *Scheduler) deal(ctx context.Context, e *entry, at time.Time, placement Placement) error {
 	seen, err := s.members(ctx, e)
 	if err != nil {
 		return fmt.Errorf("read heartbeats: %w", err)
@@ -331,7 +334,7 @@ func (s *Scheduler) deal(ctx context.Context, e *entry, at time.Time) error {
 	} else if n == 0 {
 		return nil // another instance won the moment and dealt it
 	}
-	args := s.shares(e, at, seen)
+	args := s.shares(e, at, seen, placement)
 	if _, err := tx.ExecContext(ctx, s.d.DealShares(s.times, len(args)/10), args...); err != nil {
 		return fmt.Errorf("deal the moment's shares: %w", err)
 	}
@@ -342,15 +345,15 @@ func (s *Scheduler) deal(ctx context.Context, e *entry, at time.Time) error {
 }
 
 // shares are the parameters of DealShares for the moment at of e among
-// members: for each share, where it falls, and a reservation of one lease
-// for the instance it is dealt to.
-func (s *Scheduler) shares(e *entry, at time.Time, members []member) []any {
+// members, placed as placement: for each share, where it falls, and a
+// reservation of one lease for the instance it is dealt to.
+func (s *Scheduler) shares(e *entry, at time.Time, members []member, placement Placement) []any {
 	reserve := s.times.Arg(s.clk.Now(), s.lease)
 	var args []any
 	add := func(worker, workers, inst, runner, runners int) {
 		args = append(args, e.name, at.UnixMilli(), worker, workers, members[inst].Instance, inst, len(members), runner, runners, reserve)
 	}
-	switch e.placement {
+	switch placement {
 	case One:
 		add(0, 1, slices.IndexFunc(members, func(m member) bool { return m.Instance == s.name }), 0, 1)
 	case EveryInstance:

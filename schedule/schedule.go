@@ -142,16 +142,20 @@ var ErrInvalid = config.ErrInvalid
 // schedules with Add, then Start it; Stop it when the instance shuts down so
 // it leaves the membership at once.
 type Scheduler struct {
-	db      *sql.DB
-	d       *dialect.Dialect
-	times   dialect.Times
-	sql     dialect.ScheduleSQL
-	clk     clock.Clock
-	log     *slog.Logger
-	name    string
-	workers int
-	beat    time.Duration
-	ttl     time.Duration
+	db    *sql.DB
+	d     *dialect.Dialect
+	times dialect.Times
+	sql   dialect.ScheduleSQL
+	clk   clock.Clock
+	// placements reads the operators' overrides (placement.go); until
+	// noOverrides (Unix nanoseconds) the table is known to be missing.
+	placements  dialect.PlacementSQL
+	noOverrides atomic.Int64
+	log         *slog.Logger
+	name        string
+	workers     int
+	beat        time.Duration
+	ttl         time.Duration
 
 	mu      sync.Mutex
 	entries []*entry
@@ -176,7 +180,8 @@ type entry struct {
 	name      string
 	spec      Spec
 	moments   moments
-	placement Placement
+	placement Placement    // as the code placed it
+	effective atomic.Int32 // the Placement its latest moment ran under; 0 before one
 	handler   Handler
 	skipBusy  bool
 	workers   int
@@ -185,9 +190,18 @@ type entry struct {
 	tally     tally          // runs and failures, told in the heartbeat
 }
 
+// current is e's placement as its latest moment here ran it: an operator's
+// override (SetPlacement), or its code's.
+func (e *entry) current() Placement {
+	if p := Placement(e.effective.Load()); p != 0 {
+		return p
+	}
+	return e.placement
+}
+
 // runners is how many runs this instance has per moment of e.
 func (e *entry) runners() int {
-	if e.placement == EveryWorker {
+	if e.current() == EveryWorker {
 		return e.workers
 	}
 	return 1
@@ -240,6 +254,7 @@ func New(db *sql.DB, opts ...Option) (*Scheduler, error) {
 	enc := dialect.EncodingFor(d.Kind, "TEXT")
 	s.times = dialect.Times{Kind: d.Kind, Encoding: enc, InDatabase: clock.InDatabase(s.clk)}
 	s.sql = d.Schedule(s.times)
+	s.placements = d.Placements()
 	return s, nil
 }
 

@@ -31,9 +31,18 @@ func TestHelp(t *testing.T) {
 		if c.Hidden || c.Name() == "help" || c.Name() == "completion" || c.Name() == "bench" {
 			continue
 		}
-		_, flags := helpOf(t, c.Name())
-		if !slices.Contains(flags, "db") || !slices.Contains(flags, "help") {
-			t.Errorf("inbox %s --help lists %v, without --db", c.Name(), flags)
+		paths := [][]string{{c.Name()}}
+		if c.HasSubCommands() { // a group (schedule): its commands take --db
+			paths = nil
+			for _, sub := range c.Commands() {
+				paths = append(paths, []string{c.Name(), sub.Name()})
+			}
+		}
+		for _, p := range paths {
+			_, flags := helpOf(t, p...)
+			if !slices.Contains(flags, "db") || !slices.Contains(flags, "help") {
+				t.Errorf("inbox %s --help lists %v, without --db", strings.Join(p, " "), flags)
+			}
 		}
 	}
 	want := map[string][]string{

@@ -53,3 +53,12 @@ CREATE TABLE IF NOT EXISTS {{paused}} (
     paused_at  BIGINT       NOT NULL,
     PRIMARY KEY (table_name, group_name)
 ) ENGINE=InnoDB
+-- ;
+-- A schedule's placement set by an operator over its code's ('one',
+-- 'every-instance' or 'every-worker'): every instance of the schedule reads
+-- it at each moment.
+CREATE TABLE IF NOT EXISTS {{placements}} (
+    schedule  VARCHAR(255) NOT NULL PRIMARY KEY,
+    placement VARCHAR(32)  NOT NULL,
+    set_at    BIGINT       NOT NULL
+) ENGINE=InnoDB

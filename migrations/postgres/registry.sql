@@ -55,3 +55,12 @@ CREATE TABLE IF NOT EXISTS {{paused}} (
     paused_at  bigint NOT NULL,
     PRIMARY KEY (table_name, group_name)
 )
+-- ;
+-- A schedule's placement set by an operator over its code's ('one',
+-- 'every-instance' or 'every-worker'): every instance of the schedule reads
+-- it at each moment.
+CREATE TABLE IF NOT EXISTS {{placements}} (
+    schedule  text   NOT NULL PRIMARY KEY,
+    placement text   NOT NULL,
+    set_at    bigint NOT NULL
+)

@@ -202,7 +202,7 @@ func (s *site) killed(table string) {
 		{"INSERT INTO sqlinbox_instances (id, service, version, host, pid, started_at, heartbeat_at, every_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
 			[]any{"killed-1", "orders", "2.0.0", "host-b", 4242, hourAgo - 60000, hourAgo, 200}},
 		{"INSERT INTO sqlinbox_subscriptions (instance, position, name, table_name, group_name, form, workers, lease_ms, roles) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-			[]any{"killed-1", 0, table, table, "", "lease", 4, 30000, string(roles)}},
+			[]any{"killed-1", 0, table, table, "", "lease", 4, 600000, string(roles)}}, // a lease of ten minutes
 	} {
 		if _, err := s.b.DB().Exec(s.rebind(q.sql), q.args...); err != nil {
 			s.t.Fatal(err)
@@ -268,7 +268,24 @@ func TestBrowserNeverMisleads(t *testing.T) {
 		if got := text(t, ctx, `tr[data-queue="jobs"] td.state`); got != "running" {
 			t.Errorf("the consumed queue shows %q, want \"running\"", got)
 		}
+		// On orders (a lease of ten minutes), a row waiting out a retry of
+		// 90 s is delayed, one in work under a fresh lease held: the same
+		// rule as a 1 s retry under the default 30 s lease, with room for a
+		// slow page.
+		for _, in := range []time.Duration{90 * time.Second, 590 * time.Second} {
+			lu := any(time.Now().Add(in))
+			if s.b.Dialect() == "sqlite" {
+				lu = time.Now().Add(in).UTC().Format("2006-01-02 15:04:05.000")
+			}
+			if _, err := s.b.DB().Exec(s.rebind("INSERT INTO orders (payload, locked_until, attempts) VALUES ($1, $2, 1)"), []byte("due in "+in.String()), lu); err != nil {
+				t.Fatal(err)
+			}
+		}
 		click(t, ctx, "orders' page", `tr[data-queue="orders"] a`, chromedp.WaitVisible(`#no-consumer`))
+		states, err := chromedp.Run(ctx, chromedp.Evaluate[string](`Array.from(document.querySelectorAll('#rows tr[data-id]')).map(r => r.querySelector('td.payload').textContent + ": " + r.querySelector('.pill').textContent).join(", ")`))
+		if err != nil || states != "due in 1m30s: delayed, due in 9m50s: held" {
+			t.Errorf("orders' rows show %q (%v), want the retry's delayed and the leased one held", states, err)
+		}
 
 		// A bulk delete with the box left empty changes nothing.
 		do(t, ctx, "jobs' page", chromedp.Navigate(s.url("queue?table=jobs")), chromedp.WaitVisible(`#rows`))
@@ -326,7 +343,6 @@ func TestBrowserNeverMisleads(t *testing.T) {
 		if due := text(t, ctx, "#row-due"); !strings.HasPrefix(due, "in 23h59m") && !strings.HasPrefix(due, "in 24h") {
 			t.Errorf("row page due: %q, want in a day", due)
 		}
-		screenshot(t, ctx, "dashboard-row")
 		pwned(t, ctx)
 	})
 }
@@ -434,5 +450,53 @@ func TestBrowserSchedulePlacement(t *testing.T) {
 			t.Errorf("the schedules table still shows an override after the reset: %q", got)
 		}
 		pwned(t, bctx)
+	})
+}
+
+// The walk through a failed job of docs/operating.md, in the browser: the
+// overview shows a parked row; the queue's parked rows list it; its page
+// shows the error in full; once the handler is fixed, Unpark on that page
+// gets it handled, and the queue has no parked row left. The screenshots
+// of that section come from here.
+func TestBrowserFailedJob(t *testing.T) {
+	eachDB(t, func(t *testing.T, dbURL string) {
+		s := newSite(t, dbURL, dashboard.Refresh(liveRefresh))
+		for i := range 6 {
+			s.publish(fmt.Sprintf(`{"invoice": %d}`, 1000+i))
+		}
+		bad := `{"invoice": 1013, "customer": "ACME GmbH", "template": "dunning"}`
+		id := s.publish(bad)
+		s.waitParked(1)
+		s.seedMinutes()
+		ctx := browser(t)
+		do(t, ctx, "overview", chromedp.Navigate(s.url("")), chromedp.WaitVisible(`tr[data-queue="jobs"]`))
+		if got := text(t, ctx, `tr[data-queue="jobs"] td:nth-child(5)`); got != "1" {
+			t.Errorf("the overview shows %q parked rows, want 1", got)
+		}
+		screenshot(t, ctx, "dashboard-failed-overview")
+		click(t, ctx, "the queue", `tr[data-queue="jobs"] a`, chromedp.WaitVisible(`#rows`))
+		do(t, ctx, "choose parked", chromedp.SetValue(`select[name=state]`, "parked"))
+		click(t, ctx, "show parked", `form[action="queue"] button`, chromedp.WaitVisible(fmt.Sprintf(`tr[data-id="%d"]`, id)))
+		screenshot(t, ctx, "dashboard-failed-parked")
+		click(t, ctx, "open the row", fmt.Sprintf(`tr[data-id="%d"] a`, id), chromedp.WaitVisible(`#row`))
+		if got := text(t, ctx, "#row-last-error"); got != `render invoice: template "dunning" not found in templates/invoices (known: "standard", "reminder")` {
+			t.Errorf("the row's page shows the error %q", got)
+		}
+		screenshot(t, ctx, "dashboard-failed-row")
+		s.fixed.Store(true) // the fix is deployed
+		click(t, ctx, "unpark", `#row-unpark`, chromedp.WaitVisible(`#flash`))
+		s.waitHandled(bad)
+		if got := text(t, ctx, "#flash"); got != "unpark: 1 rows changed" {
+			t.Errorf("flash after unpark: %q", got)
+		}
+		if got := text(t, ctx, `select[name=state] option[selected]`); got != "parked" {
+			t.Errorf("after unpark the page shows the state %q, want parked kept", got)
+		}
+		do(t, ctx, "reload", chromedp.Navigate(s.url("queue?table=jobs&state=parked")), chromedp.WaitVisible(`#rows`))
+		if got := text(t, ctx, "#parked-count"); got != "0" {
+			t.Errorf("after the unparked row was handled the queue shows %q parked, want 0", got)
+		}
+		screenshot(t, ctx, "dashboard-failed-unparked")
+		pwned(t, ctx)
 	})
 }

@@ -1,8 +1,11 @@
 // Package dashboard is sqlinbox's web dashboard: an http.Handler that shows
 // every registered queue (rows by state, handlings a minute over the last
-// hour, instances alive and gone) and lets an operator unpark, delete, run
-// now, pause and resume; and the locks held in the SQL lock store and the
-// schedules' members, latest moments and open shares on the same database. It reads the registry that Service.Register keeps
+// hour, instances alive and gone, and a queue nobody consumes), each row in
+// full, and lets an operator unpark, delete, run now, pause and resume (a
+// change by error text only once its count is confirmed); and the locks
+// held in the SQL lock store and the schedules' members, latest moments and
+// open shares on the same database, where a schedule's placement can be set
+// over its code's. It reads the registry that Service.Register keeps
 // (create its tables with migrations.ApplyRegistry), so it needs no column
 // names. Pages are rendered on the server with html/template, assets are
 // embedded, and counts refresh every few seconds without a reload.

@@ -94,6 +94,9 @@ func (s *site) handle(ctx context.Context, j Job) error {
 	if string(j.Payload) == "bad" && !s.fixed.Load() {
 		return errors.New("renderer: template <b>missing</b>")
 	}
+	if strings.Contains(string(j.Payload), `"template": "dunning"`) && !s.fixed.Load() {
+		return errors.New(`render invoice: template "dunning" not found in templates/invoices (known: "standard", "reminder")`)
+	}
 	s.handled <- string(j.Payload)
 	return nil
 }

@@ -200,6 +200,9 @@ func (h *Handler) queue(w http.ResponseWriter, r *http.Request) {
 	for _, row := range rows {
 		link := queueQuery(table, group)
 		link.Set("id", strconv.FormatInt(row.ID, 10))
+		if rf.States != nil {
+			link.Set("state", p.State) // the row's page comes back to this view
+		}
 		p.Rows = append(p.Rows, rowView{ID: row.ID, Attempts: row.Attempts, State: row.State, Due: due(row.LockedUntil, row.State),
 			LastError: row.LastError, Created: ago(row.Created), Payload: preview(row.Payload), Link: "row?" + link.Encode()})
 	}

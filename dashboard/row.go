@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"unicode"
 	"unicode/utf8"
@@ -33,6 +34,9 @@ func (h *Handler) row(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := h.page(w, r, fmt.Sprintf("%s #%d", queueName(table, group), id))
+	if st := r.FormValue("state"); slices.Contains(states, st) {
+		p.State = st
+	}
 	p.Queue = queueView{Table: table, Group: group, Name: queueName(table, group), Paused: q.Paused,
 		Query: queueQuery(table, group).Encode(), Link: "queue?" + queueQuery(table, group).Encode()}
 	rows, err := h.op.Rows(r.Context(), q.QueueRef, inbox.RowFilter{IDs: []int64{id}, Limit: 1})

@@ -31,6 +31,10 @@ type Operator struct {
 // DefaultCountLimit is Operator.CountLimit's default.
 const DefaultCountLimit = 100_000
 
+// heldFloor: rows due within a heldFloor-th of the lease are delayed, not
+// held (see Operator.filter).
+const heldFloor = 6
+
 // NewOperator returns an operator on broker b's database.
 func NewOperator(b *Broker) *Operator {
 	return &Operator{b: b, sql: b.d.Registry(), CountLimit: DefaultCountLimit}
@@ -42,8 +46,9 @@ type QueueRef struct {
 	Table string
 	Group string // "" for the whole table
 	Roles map[Role]string
-	// Lease separates held rows (locked_until within a lease from now)
-	// from delayed ones. Defaults to DefaultLease.
+	// Lease separates held rows (locked_until after a sixth of a lease
+	// from now, and within a lease) from delayed ones. Defaults to
+	// DefaultLease.
 	Lease time.Duration
 }
 
@@ -96,7 +101,10 @@ func (o *Operator) filter(ref QueueRef) dialect.AdminFilter {
 	if lease == 0 {
 		lease = DefaultLease
 	}
-	f := dialect.AdminFilter{Now: now, Horizon: now.Add(lease)}
+	// A handler's lease is extended when a third of it is left, so a row in
+	// work is due more than a sixth of it from now, its extension late by
+	// up to a sixth too; a row due sooner waits out a retry.
+	f := dialect.AdminFilter{Now: now, Floor: now.Add(lease / heldFloor), Horizon: now.Add(lease)}
 	if ref.Group != "" {
 		g := ref.Group
 		f.Group = &g
@@ -119,8 +127,8 @@ type QueueState struct {
 // States of a row, as Rows filters them and QueueState counts them.
 const (
 	StateAvailable = dialect.StateAvailable // claimable now
-	StateHeld      = dialect.StateHeld      // locked_until within a lease from now: in work, or due again soon
-	StateDelayed   = dialect.StateDelayed   // further off: a retry's backoff or a delayed publish
+	StateHeld      = dialect.StateHeld      // due after a sixth of a lease from now, within a lease: in work
+	StateDelayed   = dialect.StateDelayed   // due sooner, or further off: a retry's backoff or a delayed publish
 	StateParked    = dialect.StateParked    // failed its last attempt; see Unpark
 )
 
@@ -246,7 +254,7 @@ func (o *Operator) list(ctx context.Context, ref QueueRef, t dialect.AdminTable,
 		var set bool
 		r.LockedUntil, set, _ = t.Times.Decode(lu)
 		r.Created, _, _ = t.Times.Decode(created)
-		r.State = dialect.StateOf(r.LockedUntil, set, f.Now, f.Horizon)
+		r.State = dialect.StateIn(r.LockedUntil, set, f.Now, f.Floor, f.Horizon)
 		out = append(out, r)
 	}
 	return out, rows.Err()
@@ -275,8 +283,9 @@ func (o *Operator) Unpark(ctx context.Context, ref QueueRef, sel Selection) (int
 }
 
 // RunNow makes ref's delayed rows in sel due now and wakes its
-// subscriptions. Rows held (locked_until within a lease from now) are left
-// alone: they may be in work, and are due soon anyway.
+// subscriptions. Held rows (due after a sixth of a lease from now, within a
+// lease) are left alone: they may be in work. A row in work whose lease's
+// extension is late by more than a sixth of the lease counts as delayed.
 func (o *Operator) RunNow(ctx context.Context, ref QueueRef, sel Selection) (int64, error) {
 	return o.change(ctx, ref, sel, StateDelayed, "run now", dialect.ChangeRunNow)
 }

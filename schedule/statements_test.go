@@ -94,11 +94,13 @@ var counted = &counter{texts: map[string]int{}}
 
 func init() { sql.Register("counted-sqlite", countDriver{&sqlite.Driver{}, counted}) }
 
-// A moment of a One schedule on one instance costs the statements of its
-// deal (members, moment, shares in one transaction), its claim and its
-// settlement, and nothing more: what the dashboard reads (next moments,
-// failures) rides on the heartbeat. The figure is logged; the bound is the
-// statements counted when the failures were added (5 and a transaction).
+// A moment of a One schedule on one instance costs the read of its
+// placement override (an operator's, which every instance honours from the
+// next moment on), the statements of its deal (members, moment, shares in
+// one transaction), its claim and its settlement, and nothing more: what
+// the dashboard reads (next moments, failures) rides on the heartbeat. The
+// figure is logged; the bound is the statements counted when the failures
+// were added (5 and a transaction), and the override's read.
 func TestStatementsPerFire(t *testing.T) {
 	dsn, err := dialect.SQLiteDSN("sqlite://:memory:count_" + randomName())
 	if err != nil {
@@ -111,6 +113,9 @@ func TestStatementsPerFire(t *testing.T) {
 	defer db.Close()
 	ctx := context.Background()
 	if err := migrations.ApplySchedules(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.ApplyRegistry(ctx, db); err != nil { // the overrides' table: read at each moment
 		t.Fatal(err)
 	}
 	clk := clock.NewFake(start)
@@ -161,7 +166,7 @@ func TestStatementsPerFire(t *testing.T) {
 	}
 	perFire := float64(total) / moments
 	t.Logf("%.1f statements per fire (transaction begin and commit counted), %d moments, half failing", perFire, moments)
-	if perFire > 7 {
-		t.Errorf("%.1f statements per fire, want at most 7", perFire)
+	if perFire > 8 {
+		t.Errorf("%.1f statements per fire, want at most 8", perFire)
 	}
 }

@@ -68,7 +68,7 @@ func operatorCommand(use, short, long string, sc scope, run func(ctx context.Con
 		for _, r := range roleOrder {
 			f.roles[r] = cmd.Flags().String(roleFlag(r), "", fmt.Sprintf("the %s column, for a table no registered service subscribes to (default: the registry's, else %q where the table has it; \"-\" for none)", r, inbox.ReferenceRoles()[r]))
 		}
-		cmd.Flags().DurationVar(&f.lease, "lease", 0, "rows due within a lease from now count as held, not delayed (default: the registered subscription's lease, else 30s)")
+		cmd.Flags().DurationVar(&f.lease, "lease", 0, "rows due after a sixth of a lease from now and within it count as held, not delayed (default: the registered subscription's lease, else 30s)")
 	}
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		b, err := openDatabase(cmd.Context(), f.db, f.create, 2)

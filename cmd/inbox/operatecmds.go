@@ -40,8 +40,8 @@ func queuesCommand() *cobra.Command {
 	var table, group string
 	cmd, _ := operatorCommand("queues", "every registered queue: rows by state, oldest available, instances, paused",
 		`Lists every queue a registered service subscribes to (or that is paused), with its rows
-by state: available (claimable now), held (due within a lease: in work, or due again
-soon), delayed (further off: a retry's backoff, a delayed publish) and parked (failed
+by state: available (claimable now), held (due after a sixth of a lease and within it:
+in work), delayed (due sooner, or further off: a retry's backoff, a delayed publish) and parked (failed
 their last attempt), the age of the oldest available row, the instances subscribed and
 their workers, and whether it is paused ("yes (table)": by a pause of the whole table).
 Counts read at most the first 100000 rows of a queue in id order ("+" marks a count
@@ -183,7 +183,7 @@ func changeCommands() []*cobra.Command {
 		{"unpark", "make parked rows available again, attempts reset", "unparked", func(o *inbox.Operator) func(context.Context, inbox.QueueRef, inbox.Selection) (int64, error) {
 			return o.Unpark
 		}},
-		{"run-now", "make delayed rows due now (rows due within a lease are left: they may be in work)", "made due", func(o *inbox.Operator) func(context.Context, inbox.QueueRef, inbox.Selection) (int64, error) {
+		{"run-now", "make delayed rows due now (held rows, due after a sixth of a lease and within it, are left: they may be in work)", "made due", func(o *inbox.Operator) func(context.Context, inbox.QueueRef, inbox.Selection) (int64, error) {
 			return o.RunNow
 		}},
 		{"delete", "delete available, delayed or parked rows (held rows, perhaps in work, are left)", "deleted", func(o *inbox.Operator) func(context.Context, inbox.QueueRef, inbox.Selection) (int64, error) {

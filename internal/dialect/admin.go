@@ -19,10 +19,14 @@ type AdminTable struct {
 type AdminFilter struct {
 	Now     time.Time
 	Horizon time.Time // now plus the queue's lease: held below it, delayed above
-	Group   *string   // nil for every group
-	IDs     []int64   // nil for any id
-	After   *int64    // ids above it; nil for any
-	Through *int64    // ids at or below it; nil for any
+	// Floor is where held rows begin: a row due after now and at or
+	// before it is delayed (waiting out a retry), not in work. Zero means
+	// Now.
+	Floor   time.Time
+	Group   *string // nil for every group
+	IDs     []int64 // nil for any id
+	After   *int64  // ids above it; nil for any
+	Through *int64  // ids at or below it; nil for any
 	// ErrorContains keeps rows whose last error holds it ("" for any).
 	ErrorContains string
 	States        []string // nil for any state
@@ -77,15 +81,27 @@ func (d *Dialect) where(t AdminTable, f AdminFilter) (string, []any, error) {
 	return strings.Join(conds, " AND "), args, nil
 }
 
+// floor is f.Floor, or Now when it is zero.
+func (f AdminFilter) floor() time.Time {
+	if f.Floor.IsZero() {
+		return f.Now
+	}
+	return f.Floor
+}
+
 func (d *Dialect) stateCond(t AdminTable, state string, f AdminFilter, arg func(any) string) (string, error) {
 	lu := t.LockedUntil
 	switch state {
 	case StateAvailable:
 		return availableCond(lu, arg(t.Times.Encode(f.Now))), nil
 	case StateHeld:
-		return heldCond(lu, arg(t.Times.Encode(f.Now)), arg(t.Times.Encode(f.Horizon))), nil
+		return heldCond(lu, arg(t.Times.Encode(f.floor())), arg(t.Times.Encode(f.Horizon))), nil
 	case StateDelayed:
-		return delayedCond(lu, arg(t.Times.Encode(f.Horizon)), arg(t.Times.Encode(Never))), nil
+		late := delayedCond(lu, arg(t.Times.Encode(f.Horizon)), arg(t.Times.Encode(Never)))
+		if !f.floor().After(f.Now) {
+			return late, nil
+		}
+		return "(" + late + " OR " + heldCond(lu, arg(t.Times.Encode(f.Now)), arg(t.Times.Encode(f.floor()))) + ")", nil
 	case StateParked:
 		return parkedCond(lu, arg(t.Times.Encode(Never))), nil
 	}
@@ -98,13 +114,15 @@ func (d *Dialect) stateCond(t AdminTable, state string, f AdminFilter, arg func(
 // oldest, scanned.
 type CountStatesSQL struct {
 	text
-	where []any // the filter's parameters, which come first
+	where []any         // the filter's parameters, which come first
+	floor time.Duration // the filter's Floor after its Now
 }
 
-// Call counts as of now, held rows being those below horizon, over at most
-// limit rows.
+// Call counts as of now, held rows being those after the filter's floor
+// (as far after now as the filter's was after its Now) and up to horizon,
+// over at most limit rows.
 func (s CountStatesSQL) Call(now, horizon time.Time, limit int) Call {
-	args := append(slices.Clip(s.where), s.tm.Encode(now), s.tm.Encode(horizon), s.tm.Encode(Never), limit)
+	args := append(slices.Clip(s.where), s.tm.Encode(now), s.tm.Encode(horizon), s.tm.Encode(Never), limit, s.tm.Encode(now.Add(s.floor)))
 	return s.call(args...)
 }
 
@@ -114,11 +132,11 @@ func (d *Dialect) CountStates(t AdminTable, f AdminFilter) (CountStatesSQL, erro
 	if err != nil {
 		return CountStatesSQL{}, err
 	}
-	return CountStatesSQL{d.text(d.countStates(t, where, len(args)+1), t.Times), args}, nil
+	return CountStatesSQL{d.text(d.countStates(t, where, len(args)+1), t.Times), args, f.floor().Sub(f.Now)}, nil
 }
 
 // countStates is CountStatesSQL's text; where's parameters come before
-// parameter n, then now, horizon, never and limit.
+// parameter n, then now, horizon, never, limit and floor.
 func (d *Dialect) countStates(t AdminTable, where string, n int) string {
 	lu := t.LockedUntil
 	oldest := lu
@@ -126,7 +144,7 @@ func (d *Dialect) countStates(t AdminTable, where string, n int) string {
 		oldest = t.CreatedAt
 	}
 	p := func(i int) string { return fmt.Sprintf("$%d", n+i) }
-	now, hz, never := p(0), p(1), p(2)
+	now, hz, never, floor := p(0), p(1), p(2), p(4)
 	return fmt.Sprintf(`SELECT
 	COALESCE(SUM(CASE WHEN %[1]s THEN 1 ELSE 0 END), 0),
 	COALESCE(SUM(CASE WHEN %[2]s THEN 1 ELSE 0 END), 0),
@@ -135,7 +153,7 @@ func (d *Dialect) countStates(t AdminTable, where string, n int) string {
 	MIN(CASE WHEN %[1]s THEN oldest END),
 	COUNT(*)
 FROM (SELECT %[5]s AS lu, %[6]s AS oldest FROM %[7]s WHERE %[8]s ORDER BY %[9]s LIMIT %[10]s) AS s`,
-		availableCond("lu", now), heldCond("lu", now, hz), delayedCond("lu", hz, never), parkedCond("lu", never),
+		availableCond("lu", now), heldCond("lu", floor, hz), "("+delayedCond("lu", hz, never)+" OR "+heldCond("lu", now, floor)+")", parkedCond("lu", never),
 		lu, oldest, t.Name, where, t.ID, p(3))
 }
 

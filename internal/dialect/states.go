@@ -5,29 +5,36 @@ import (
 	"time"
 )
 
-// A row's state is read from locked_until alone, against three cuts: now,
-// a horizon (now plus the queue's lease) and Never. The SQL conditions and
-// StateOf below are the one definition; every count and listing uses them.
+// A row's state is read from locked_until alone, against four cuts: now, a
+// floor and a horizon (now plus a part of the queue's lease, and plus the
+// lease) and Never. The SQL conditions and StateIn below are the one
+// definition; every count and listing uses them.
 const (
 	StateAvailable = "available" // NULL, or at or before now
-	StateHeld      = "held"      // after now, up to the horizon: in work, or due again soon
-	StateDelayed   = "delayed"   // after the horizon, before Never: a retry's backoff, a delayed publish
+	StateHeld      = "held"      // after the floor, up to the horizon: in work under a lease
+	StateDelayed   = "delayed"   // after now up to the floor, or after the horizon before Never: a retry's backoff, a delayed publish
 	StateParked    = "parked"    // at Never or after: failed its last attempt
 )
 
-// StateOf is the state of a row whose locked_until is lu (set false for
-// NULL). With horizon now, no row is held: a row claimed or delayed is
-// StateDelayed.
-func StateOf(lu time.Time, set bool, now, horizon time.Time) string {
+// StateIn is the state of a row whose locked_until is lu (set false for
+// NULL), held rows being due after floor and up to horizon. With floor now
+// every row due within the horizon is held; with horizon now, none is.
+func StateIn(lu time.Time, set bool, now, floor, horizon time.Time) string {
 	switch {
 	case !set || !lu.After(now):
 		return StateAvailable
-	case !lu.After(horizon):
+	case lu.After(floor) && !lu.After(horizon):
 		return StateHeld
 	case lu.Before(Never):
 		return StateDelayed
 	}
 	return StateParked
+}
+
+// StateOf is StateIn with the floor at now: a row due within the horizon is
+// held.
+func StateOf(lu time.Time, set bool, now, horizon time.Time) string {
+	return StateIn(lu, set, now, now, horizon)
 }
 
 // availableCond is the condition of an available row: lu is the

@@ -84,6 +84,52 @@ func TestStatesAgreeInSQLAndGo(t *testing.T) {
 			if avail != want[dialect.StateAvailable] || held != want[dialect.StateHeld]+want[dialect.StateDelayed] || parked != want[dialect.StateParked] {
 				t.Errorf("inbox count %d available, %d held, %d parked; StateOf says %v", avail, held, parked, want)
 			}
+			// With a floor between now and the horizon, the rows due up to
+			// it are delayed (waiting out a retry), not held, alike in SQL
+			// and in Go.
+			floor := now.Add(time.Millisecond)
+			withFloor := map[string]int64{}
+			for _, lu := range lus {
+				var at time.Time
+				if lu != nil {
+					at = *lu
+				}
+				withFloor[dialect.StateIn(at, lu != nil, now, floor, horizon)]++
+			}
+			if withFloor[dialect.StateHeld] != 1 || withFloor[dialect.StateDelayed] != 3 {
+				t.Errorf("StateIn with a floor put the rows in %v, want 1 held (the horizon) and 3 delayed", withFloor)
+			}
+			fc, err := d.CountStates(tbl, dialect.AdminFilter{Now: now, Floor: floor, Horizon: horizon})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fq := fc.Call(now, horizon, 100)
+			if err := db.QueryRowContext(ctx, fq.SQL, fq.Args...).Scan(&got[0], &got[1], &got[2], &got[3], &oldest, &scanned); err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range []string{dialect.StateAvailable, dialect.StateHeld, dialect.StateDelayed, dialect.StateParked} {
+				if got[i] != withFloor[s] {
+					t.Errorf("with a floor, %s: the count says %d rows, StateIn %d", s, got[i], withFloor[s])
+				}
+			}
+			for _, s := range []string{dialect.StateHeld, dialect.StateDelayed} {
+				list, err := d.ListRows(tbl, dialect.AdminFilter{Now: now, Floor: floor, Horizon: horizon, States: []string{s}}, 100)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rows, err := db.QueryContext(ctx, list.SQL, list.Args...)
+				if err != nil {
+					t.Fatalf("%v\n%s", err, list.SQL)
+				}
+				var n int64
+				for rows.Next() {
+					n++
+				}
+				rows.Close()
+				if n != withFloor[s] {
+					t.Errorf("with a floor, the %s rows listed: %d, StateIn %d", s, n, withFloor[s])
+				}
+			}
 			// An operator's change picks rows by id and state alike: of the
 			// first and last rows, only the parked one is deleted.
 			del, err := d.ChangeRows(tbl, dialect.AdminFilter{Now: now, Horizon: horizon, IDs: []int64{1, int64(len(lus))}, States: []string{dialect.StateParked}}, dialect.ChangeDelete)

@@ -13,6 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sqlinbox/sqlinbox/dashboard"
+	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
 
 func init() { builders = append(builders, addDashboard) }
@@ -80,6 +82,9 @@ func serveDashboard(ctx context.Context, f *dashFlags, cmd *cobra.Command) error
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(cmd.OutOrStdout(), "dashboard of %s on http://%s%s\n", b.Dialect(), ln.Addr(), strings.TrimSuffix(prefix, "/")+"/")
+	if d, derr := dialect.Detect(b.DB()); derr == nil && missingRegistry(ctx, b, d) {
+		fmt.Fprintf(cmd.OutOrStdout(), "this database has no registry yet, so no queue shows: create it with `inbox migrate-registry --db %s` (or migrations.ApplyRegistry in your service), then start services that call Service.Register\n", dialect.Redact(f.db))
+	}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -126,4 +131,10 @@ func basicAuth(userPass string, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// missingRegistry reports whether the registry's tables are not there.
+func missingRegistry(ctx context.Context, b *inbox.Broker, d *dialect.Dialect) bool {
+	_, err := inbox.NewOperator(b).Instances(ctx)
+	return dialect.IsMissingTable(d, err)
 }

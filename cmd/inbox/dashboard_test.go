@@ -73,3 +73,34 @@ func TestDashboardCommand(t *testing.T) {
 		t.Fatalf("with credentials: %d\n%s", resp.StatusCode, body)
 	}
 }
+
+// On a database without the registry, the command says how to create it.
+func TestDashboardCommandWithoutRegistry(t *testing.T) {
+	url := inboxtest.SQLite(t)
+	keep := inboxtest.Open(t, url) // keeps the memory database alive
+	if err := keep.Ping(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	root := newRoot()
+	root.SetOut(pw)
+	root.SetArgs([]string{"dashboard", "--db", url, "--listen", "127.0.0.1:0"})
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx); pw.Close() }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("dashboard: %v", err)
+		}
+	})
+	r := bufio.NewReader(pr)
+	if _, err := r.ReadString('\n'); err != nil {
+		t.Fatalf("no address printed: %v", err)
+	}
+	line, err := r.ReadString('\n')
+	if err != nil || !strings.Contains(line, "inbox migrate-registry --db") {
+		t.Fatalf("second line %q (%v), want how to create the registry", line, err)
+	}
+	go io.Copy(io.Discard, r)
+}

@@ -391,9 +391,18 @@ func (r *registry) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), contract.SettleTimeout)
 	defer cancel()
 	r.flush(ctx, r.b.clock.Now(), true)
-	err := r.b.write(ctx, true, func(ex execer) error {
-		return execAll(ctx, ex, r.sql.LeaveSubs.Call(r.id), r.sql.Leave.Call(r.id))
-	})
+	// Instances that stop together may deadlock on MariaDB/MySQL (their
+	// deletes lock the gaps of the subscriptions' key): a transaction
+	// rolled back for it wrote nothing and is sent again.
+	var err error
+	for try := 1; ; try++ {
+		err = r.b.write(ctx, true, func(ex execer) error {
+			return execAll(ctx, ex, r.sql.LeaveSubs.Call(r.id), r.sql.Leave.Call(r.id))
+		})
+		if err == nil || try == 3 || !r.b.d.Conflict(err) {
+			break
+		}
+	}
 	if err != nil {
 		r.log.Warn("inbox: could not leave the registry; the instance is shown as gone once its heartbeat is stale", "err", err)
 	}

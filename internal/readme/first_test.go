@@ -48,6 +48,19 @@ CREATE TABLE email_jobs (
 CREATE INDEX email_jobs_tenant_id ON email_jobs (tenant, id);
 `
 
+// docs/production.md, "MariaDB and MySQL": the README's table there.
+const emailJobsMySQL = `
+CREATE TABLE email_jobs (
+    id           BIGINT AUTO_INCREMENT PRIMARY KEY,
+    locked_until DATETIME(6),
+    payload      JSON NOT NULL,
+    tenant       VARCHAR(255) NOT NULL DEFAULT '',
+    attempts     INT NOT NULL DEFAULT 0,
+    last_error   TEXT,
+    KEY email_jobs_tenant_id (tenant, id)
+) ENGINE=InnoDB;
+`
+
 // README, "A first service": a producer in plain SQL.
 const emailInsert = `
 INSERT INTO email_jobs (tenant, payload) VALUES ('acme', '{"to": "ada@example.com"}');
@@ -123,7 +136,7 @@ func newMailer(b *inbox.Broker, send inbox.Handler[EmailJob], opts ...inbox.SubO
 }
 
 func runMailer(ctx context.Context, dbURL string) error {
-	b, err := inbox.Open(dbURL) // "sqlite:///var/lib/app/app.db", or "postgres://user@host/app"
+	b, err := inbox.Open(dbURL) // "sqlite:///var/lib/app/app.db", "postgres://user@host/app" or "mysql://user:pass@host:3306/app"
 	if err != nil {
 		return err
 	}
@@ -230,11 +243,14 @@ func TestMailerRetries(t *testing.T) {
 func TestFirstService(t *testing.T) {
 	drainOutbox()
 	t.Cleanup(drainOutbox)
-	for _, db := range []struct{ name, ddl string }{{"sqlite", emailJobsSQLite}, {"postgres", emailJobsPostgres}} {
+	for _, db := range []struct{ name, ddl string }{{"sqlite", emailJobsSQLite}, {"postgres", emailJobsPostgres}, {"mysql", emailJobsMySQL}} {
 		t.Run(db.name, func(t *testing.T) {
 			url := inboxtest.SQLite(t)
-			if db.name == "postgres" {
+			switch db.name {
+			case "postgres":
 				url = inboxtest.Postgres(t)
+			case "mysql":
+				url = inboxtest.MySQL(t)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

@@ -1,9 +1,11 @@
 // Command bench drains the same backlog, in one process and one run, with
 // sqlinbox, with River, and with the bare claim and ack statements (the
-// floor), on Postgres and on a SQLite file; it prints a table and the
-// ratios the targets are stated in, and draws jobs/s against workers.
+// floor), on Postgres and on a SQLite file, and with --mysql on MariaDB or
+// MySQL (the lease and row-lock forms beside a floor of bare SKIP LOCKED
+// transactions; no River there); it prints a table and the ratios the
+// targets are stated in, and draws jobs/s against workers.
 //
-//	cd bench && go run . --pg 'postgres://postgres@127.0.0.1:5432/bench?sslmode=disable' --sqlite /tmp/bench.db
+//	cd bench && go run . --pg 'postgres://postgres@127.0.0.1:5432/bench?sslmode=disable' --sqlite /tmp/bench.db --mysql mysql://root@127.0.0.1:3306/test
 //
 // It is a module of its own so River and gonum stay out of the library's
 // go.mod.
@@ -18,23 +20,28 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/sqlinbox/sqlinbox/claim"
 	"github.com/sqlinbox/sqlinbox/claim/lease"
+	"github.com/sqlinbox/sqlinbox/claim/rowlock"
 	"github.com/sqlinbox/sqlinbox/internal/benchkit"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
 
 // forms are the library's claim forms measured here. A form joins by one
-// line; the Postgres-only ones are skipped on SQLite.
+// line; one a database cannot serve is skipped there, and one with dbs runs
+// only on those.
 var forms = []struct {
 	name string
 	form claim.Form
+	dbs  []string
 }{
-	{"lease", lease.Form},
+	{"lease", lease.Form, nil},
+	{"rowlock", rowlock.Form, []string{"mysql"}},
 }
 
 // row is one measured drain.
@@ -55,6 +62,8 @@ type row struct {
 func main() {
 	pg := flag.String("pg", envOr("POSTGRES_TEST_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "Postgres URL (empty: skip Postgres); schemas sqlinbox_bench and river_bench are made in it")
 	sqlitePath := flag.String("sqlite", "/tmp/sqlinbox-bench.db", "SQLite file (empty: skip SQLite)")
+	my := flag.String("mysql", "", "MariaDB/MySQL URL, mysql://user:pass@host:3306/db (empty: skip); a table bench_jobs is made in it")
+	myJobs := flag.Int("mysql-jobs", 50000, "rows per drain on MariaDB/MySQL")
 	pgJobs := flag.Int("pg-jobs", 200000, "rows per headline drain on Postgres")
 	sqliteJobs := flag.Int("sqlite-jobs", 100000, "rows per headline drain on SQLite")
 	instances := flag.Int("instances", 2, "sqlinbox instances on Postgres (SQLite: 1)")
@@ -120,12 +129,21 @@ func main() {
 	if *sqlitePath != "" {
 		dbs = append(dbs, target{db: "sqlite", url: "sqlite://" + *sqlitePath, jobs: *sqliteJobs, instances: 1})
 	}
+	if *my != "" {
+		dbs = append(dbs, target{db: "mysql", url: *my, jobs: *myJobs, instances: *instances})
+	}
 	var published []publishRow
 	for _, t := range dbs {
 		libURL, riverURL := t.url, t.url
 		if t.db == "postgres" {
 			libURL = schemaURL(ctx, t.url, "sqlinbox_bench")
 			riverURL = schemaURL(ctx, t.url, "river_bench")
+		}
+		if t.db == "mysql" {
+			// The forms at the headline's shape and the bare floor, in one
+			// run: no River, no sweep, no publish runs.
+			check(mysqlBench(ctx, t.url, t.jobs, t.instances, *workers, add))
+			continue
 		}
 		if *publishRows > 0 {
 			p, err := publishBench(ctx, t.db, libURL, riverURL, *publishRows, *publishBatch, *publishRuns)
@@ -139,7 +157,7 @@ func main() {
 		check(err)
 		const table = "bench_jobs"
 		for _, f := range forms {
-			if f.form.Supports(dialect.Of(kindOf(t.db))) != nil {
+			if f.form.Supports(dialect.Of(kindOf(t.db))) != nil || (f.dbs != nil && !slices.Contains(f.dbs, t.db)) {
 				continue
 			}
 			lib := func(jobs, inst, w int, chart bool) {
@@ -262,6 +280,10 @@ func report(rows []row) {
 		if !okA || !okB || y == 0 {
 			return
 		}
+		if want == 0 {
+			fmt.Printf("%s: %s / %s = %.2fx\n", db, a, b, x/y)
+			return
+		}
 		verdict := "met"
 		if x/y < want {
 			verdict = "MISSED"
@@ -272,6 +294,18 @@ func report(rows []row) {
 	ratio("postgres", "sqlinbox/lease", "floor", 0.8)
 	ratio("sqlite", "sqlinbox/lease", "river", 20)
 	ratio("sqlite", "sqlinbox/lease", "floor", 0.5)
+	ratio("mysql", "sqlinbox/lease", "floor", 0.5)
+	ratio("mysql", "sqlinbox/rowlock", "floor", 0)
+	// MariaDB's target is on the best form as well as on the lease form.
+	best, bestRate := "", 0.0
+	for k, v := range head {
+		if r, ok := strings.CutPrefix(k, "mysql sqlinbox/"); ok && v > bestRate {
+			best, bestRate = "sqlinbox/"+r, v
+		}
+	}
+	if best != "" {
+		ratio("mysql", best, "floor", 0.6)
+	}
 	bad := int64(0)
 	for _, r := range rows {
 		bad += r.dups + r.lost
@@ -280,10 +314,56 @@ func report(rows []row) {
 }
 
 func kindOf(db string) dialect.Kind {
-	if db == "postgres" {
+	switch db {
+	case "postgres":
 		return dialect.Postgres
+	case "mysql":
+		return dialect.MySQL
 	}
 	return dialect.SQLite
+}
+
+// mysqlBench drains jobs rows with each form that serves MariaDB/MySQL at
+// instances x workers, then with the bare floor (benchkit.Floor, 4
+// loops of 100), one after the other in one run.
+func mysqlBench(ctx context.Context, u string, jobs, instances, workers int, add func(row, error)) error {
+	db, _, err := dialect.Open(u)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	const table = "bench_jobs"
+	for _, f := range forms {
+		if f.form.Supports(dialect.Of(dialect.MySQL)) != nil || (f.dbs != nil && !slices.Contains(f.dbs, "mysql")) {
+			continue
+		}
+		first, err := benchkit.Fill(ctx, db, table, jobs)
+		if err != nil {
+			return err
+		}
+		tr := benchkit.NewTracker(first, jobs)
+		r := row{db: "mysql", runner: "sqlinbox/" + f.name, workers: instances * workers, shape: fmt.Sprintf("%dx%d", instances, workers), jobs: jobs, chart: true}
+		fmt.Fprintf(os.Stderr, "mysql %s %s, %d jobs\n", r.runner, r.shape, jobs)
+		r.res, err = benchkit.Drain(ctx, benchkit.Config{URL: u, Table: table, Form: f.form, Instances: instances, Workers: workers, Jobs: jobs, Progress: os.Stderr}, tr)
+		r.dups, r.lost = tr.Duplicates(), tr.Lost()
+		add(r, err)
+	}
+	first, err := benchkit.Fill(ctx, db, table, jobs)
+	if err != nil {
+		return err
+	}
+	tr := benchkit.NewTracker(first, jobs)
+	fmt.Fprintf(os.Stderr, "mysql floor 4x100, %d jobs\n", jobs)
+	pool, _, err := dialect.Open(u)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	pool.SetMaxOpenConns(8)
+	pool.SetMaxIdleConns(8)
+	res, err := benchkit.Floor(ctx, pool, table, 4, 100, tr)
+	add(row{db: "mysql", runner: "floor", workers: 400, shape: "4 loops x 100 (SKIP LOCKED + DELETE)", jobs: jobs, res: res, dups: tr.Duplicates(), lost: tr.Lost()}, err)
+	return nil
 }
 
 // schemaURL makes schema on the server and returns base with search_path

@@ -10,6 +10,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/testdb"
 )
 
 // The lock forms are refused at Subscribe on SQLite, with an error that
@@ -34,6 +35,23 @@ func TestFormsRefused(t *testing.T) {
 			}
 		}
 	}
+	// MySQL 8 has no DELETE ... RETURNING, which the advisory form's acks use.
+	t.Run("advisory/mysql8", func(t *testing.T) {
+		b, err := inbox.Open(testdb.MySQL8(t, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		_, err = inbox.Subscribe(b, q, func(context.Context, Job) error { return nil }, inbox.Form(advisory.Form))
+		if err == nil {
+			t.Fatal("advisory form on MySQL 8: Subscribe succeeded")
+		}
+		for _, want := range []string{"advisory", "MariaDB", "MySQL", "RETURNING", `"invoice_jobs"`, "lease"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("advisory form on MySQL 8: error %q does not mention %q", err, want)
+			}
+		}
+	})
 	for _, fc := range forms {
 		for _, kind := range fc.dbs {
 			t.Run(fc.form.Name()+"/"+kind, func(t *testing.T) {

@@ -20,18 +20,20 @@ import (
 func TestRowThatKillsItsProcessIsParked(t *testing.T) {
 	cases := []struct {
 		form claim.Form
-		pg   bool
-	}{{lease.Form, false}, {lease.Form, true}, {rowlock.Form, true}, {advisory.Form, true}}
+		db   string
+	}{{lease.Form, "sqlite"}, {lease.Form, "postgres"}, {lease.Form, "mysql"}, {rowlock.Form, "postgres"}, {rowlock.Form, "mysql"},
+		{advisory.Form, "postgres"}, {advisory.Form, "mysql"}}
 	for _, c := range cases {
-		name := c.form.Name() + "/sqlite"
-		if c.pg {
-			name = c.form.Name() + "/postgres"
-		}
-		t.Run(name, func(t *testing.T) {
+		t.Run(c.form.Name()+"/"+c.db, func(t *testing.T) {
 			t.Parallel()
-			url := inboxtest.SQLite(t)
-			if c.pg {
+			var url string
+			switch c.db {
+			case "sqlite":
+				url = inboxtest.SQLite(t)
+			case "postgres":
 				url = inboxtest.Postgres(t)
+			default:
+				url = inboxtest.MySQL(t)
 			}
 			b := open(t, url, inbox.WithClock(fake()))
 			table := ownTable(t, b)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -41,8 +42,8 @@ func sentRows(t *testing.T, b *inbox.Broker) int {
 // has one effect and is gone.
 func TestHandleTxCommitsWithTheAck(t *testing.T) {
 	eachDB(t, func(t *testing.T, url string) { handleTxCommits(t, url, lease.Form) })
-	t.Run("rowlock", func(t *testing.T) { handleTxCommits(t, inboxtest.Postgres(t), rowlock.Form) })
-	t.Run("advisory", func(t *testing.T) { handleTxCommits(t, inboxtest.Postgres(t), advisory.Form) })
+	lockDBs(t, "rowlock", func(t *testing.T, url string) { handleTxCommits(t, url, rowlock.Form) })
+	lockDBs(t, "advisory", func(t *testing.T, url string) { handleTxCommits(t, url, advisory.Form) })
 }
 
 func handleTxCommits(t *testing.T, url string, form claim.Form) {
@@ -124,8 +125,8 @@ func TestHandleTxLostLeaseCannotCommit(t *testing.T) {
 // A panic rolls the handler's writes back; the row is retried.
 func TestHandleTxPanicRollsBack(t *testing.T) {
 	eachDB(t, func(t *testing.T, url string) { handleTxPanic(t, url, lease.Form) })
-	t.Run("rowlock", func(t *testing.T) { handleTxPanic(t, inboxtest.Postgres(t), rowlock.Form) })
-	t.Run("advisory", func(t *testing.T) { handleTxPanic(t, inboxtest.Postgres(t), advisory.Form) })
+	lockDBs(t, "rowlock", func(t *testing.T, url string) { handleTxPanic(t, url, rowlock.Form) })
+	lockDBs(t, "advisory", func(t *testing.T, url string) { handleTxPanic(t, url, advisory.Form) })
 }
 
 func handleTxPanic(t *testing.T, url string, form claim.Form) {
@@ -162,8 +163,8 @@ func handleTxPanic(t *testing.T, url string, form claim.Form) {
 // the row's next handling writes the one effect.
 func TestHandleTxSessionEndsBeforeCommit(t *testing.T) {
 	for _, form := range []claim.Form{rowlock.Form, advisory.Form} {
-		t.Run(form.Name(), func(t *testing.T) {
-			b := openSent(t, inboxtest.Postgres(t))
+		lockDBs(t, form.Name(), func(t *testing.T, url string) {
+			b := openSent(t, url)
 			q := inbox.MustQueue[Job]("jobs")
 			if _, err := inbox.Publish(context.Background(), b, q, Job{Payload: []byte("x")}); err != nil {
 				t.Fatal(err)
@@ -175,6 +176,14 @@ func TestHandleTxSessionEndsBeforeCommit(t *testing.T) {
 				}
 				if j.Attempts > 1 {
 					return nil
+				}
+				if b.Dialect() == "mysql" {
+					var id int64
+					if err := tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+						return err
+					}
+					_, err := b.DB().ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", id))
+					return err
 				}
 				var pid int
 				if err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
@@ -205,7 +214,11 @@ func TestHandleTxSessionEndsBeforeCommit(t *testing.T) {
 // A row deleted by someone who ignores the advisory lock: the handler's
 // transaction finds nothing to ack and rolls back, reported lost.
 func TestHandleTxAdvisoryRowGone(t *testing.T) {
-	b := openSent(t, inboxtest.Postgres(t))
+	lockDBs(t, "advisory", handleTxAdvisoryRowGone)
+}
+
+func handleTxAdvisoryRowGone(t *testing.T, url string) {
+	b := openSent(t, url)
 	q := inbox.MustQueue[Job]("jobs")
 	if _, err := inbox.Publish(context.Background(), b, q, Job{Payload: []byte("x")}); err != nil {
 		t.Fatal(err)

@@ -57,7 +57,7 @@ func TestEveryIDTypeInEveryForm(t *testing.T) {
 	t.Run("mysql", func(t *testing.T) {
 		t.Parallel()
 		for name, decl := range myIDs {
-			for _, form := range []claim.Form{lease.Form, rowlock.Form} {
+			for _, form := range []claim.Form{lease.Form, rowlock.Form, advisory.Form} {
 				t.Run(name+"/"+form.Name(), func(t *testing.T) {
 					t.Parallel()
 					idTypeWorks(t, inboxtest.MySQL(t), decl, "DATETIME(6)", form)

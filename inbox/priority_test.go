@@ -56,9 +56,6 @@ func TestPriorityOrder(t *testing.T) {
 	for _, f := range forms {
 		t.Run(f.name, func(t *testing.T) {
 			eachDB(t, func(t *testing.T, url string) {
-				if f.form == advisory.Form && strings.HasPrefix(url, "mysql") {
-					t.Skipf("not on MySQL yet: the %s form", f.name)
-				}
 				if f.pg && strings.HasPrefix(url, "sqlite") {
 					t.Skip("not on SQLite") // the form refuses SQLite at subscribe
 				}

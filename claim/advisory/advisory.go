@@ -1,8 +1,9 @@
-// Package advisory is the claim form that holds claimed rows under Postgres
-// session advisory locks.
+// Package advisory is the claim form that holds claimed rows under session
+// advisory locks: pg_try_advisory_lock on Postgres, GET_LOCK on MariaDB and
+// MySQL.
 //
-// A claim pins one pool connection and takes pg_try_advisory_lock on the
-// rows it keeps (the key is the table's lock class and the row's id), then
+// A claim pins one pool connection and takes an advisory lock on each of
+// the rows it keeps (its key is the table's lock class and the row's id), then
 // reads them again, since a previous holder may have deleted or delayed a
 // row between the look and the lock. Every job of one claim shares the
 // pinned connection, which goes back to the pool when the last of them is
@@ -10,7 +11,9 @@
 // committed, in one round trip; acks of one claim that queue together share
 // one delete. When the holder dies its session ends and Postgres frees its
 // locks at once: there is no lease to wait out. It holds one connection per
-// claim batch rather than one per job, and serves Postgres only.
+// claim batch rather than one per job, and serves Postgres, MariaDB (10.5+)
+// and MySQL (8.0+; its acks need DELETE ... RETURNING, which MySQL lacks:
+// MariaDB is the one tested).
 //
 //	sub, err := inbox.Subscribe(b, q, handle, inbox.Form(advisory.Form), inbox.Workers(8))
 package advisory
@@ -35,9 +38,12 @@ var Form claim.Form = form{}
 // pg_advisory_lock(int, int)) of the inbox table named table, as the user
 // gave its name: the FNV-1a hash of the name, made non-negative. The second
 // key is the row's id mod 2^32. In pg_locks a row's lock shows as
-// locktype 'advisory', classid Class(table), objid the id, objsubid 2.
-// Tables whose classes collide, or ids 2^32 apart, only wait for each
-// other: no row ever has two holders.
+// locktype 'advisory', classid Class(table), objid the id, objsubid 2. On
+// MariaDB/MySQL a row's lock is the user lock named
+// sqlinbox.<hash of the database's name>.<Class(table)>.<id> (see
+// dialect.AdvisoryLockName); IS_USED_LOCK(name) gives its holder.
+// Tables whose classes collide, or ids 2^32 apart on Postgres, only wait
+// for each other: no row ever has two holders.
 func Class(table string) int32 {
 	h := fnv.New32a()
 	h.Write([]byte(table))
@@ -49,7 +55,23 @@ type form struct{}
 func (form) Name() string { return "advisory" }
 
 func (form) Supports(d *dialect.Dialect) error {
-	return claim.PostgresOnly("advisory", "rows with pg_try_advisory_lock on a pinned session", d)
+	if err := claim.SessionLocksOnly("advisory", "rows with advisory locks (pg_try_advisory_lock, GET_LOCK) on a pinned session", d); err != nil {
+		return err
+	}
+	if d.Kind == dialect.MySQL && !d.Returns() {
+		// Its acks delete with DELETE ... RETURNING, which MariaDB has and
+		// MySQL 8 has not (nor a server not probed yet).
+		return fmt.Errorf("the advisory form needs MariaDB 10.6+ on a MySQL-protocol server (its acks use DELETE ... RETURNING); %s cannot serve it: use lease.Form or rowlock.Form", serverName(d))
+	}
+	return nil
+}
+
+// serverName names d's server for an error.
+func serverName(d *dialect.Dialect) string {
+	if s := d.Server(); s != nil {
+		return "MySQL " + s.Version
+	}
+	return "a server not yet identified"
 }
 
 // HoldsSession marks a form whose holds live in the server session: a
@@ -234,7 +256,7 @@ func (c *claimer) lock(ctx context.Context, conn *sql.Conn, max int, after *curs
 		if err := rows.Close(); err != nil {
 			return nil, c.fail("lock", err)
 		}
-		if tried < try {
+		if tried < e.SQL.LockAvailable.Reach(want, try) {
 			break // the walk reached the limit, or the end of the table
 		}
 	}
@@ -246,7 +268,14 @@ func (c *claimer) lock(ctx context.Context, conn *sql.Conn, max int, after *curs
 // lock.
 func (c *claimer) reread(ctx context.Context, conn *sql.Conn, ids []int64) ([]*claim.Job, error) {
 	e := &c.env
-	q := e.SQL.Reread.Call(ids, e.Clock.Now())
+	now := e.Clock.Now()
+	if e.SQL.CountLocked.SQL() != "" {
+		q := e.SQL.CountLocked.Call(ids, now)
+		if _, err := conn.ExecContext(ctx, q.SQL, q.Args...); err != nil {
+			return nil, c.fail("count the locked rows' attempt", err)
+		}
+	}
+	q := e.SQL.Reread.Call(ids, now)
 	rows, err := conn.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return nil, c.fail("read locked rows", err)

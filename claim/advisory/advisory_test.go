@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,12 +18,12 @@ import (
 	"github.com/sqlinbox/sqlinbox/migrations"
 )
 
-// newClaimer makes the form's claimer on a fresh reference table "advisory_jobs".
-// The tests' table has a name of its own: an advisory lock's class comes
-// from the table's name, and the packages tested beside this one lock rows
-// of tables named jobs (in other schemas, with the same ids) in the same
-// database, which this package's counts of pg_locks and skipped rows would
-// see.
+// newClaimer makes the form's claimer on a fresh reference table
+// "advisory_jobs" on Postgres. The tests' table has a name of its own: an
+// advisory lock's class comes from the table's name, and the packages
+// tested beside this one lock rows of tables named jobs (in other schemas,
+// with the same ids) in the same database, which this package's counts of
+// pg_locks and skipped rows would see.
 func newClaimer(t *testing.T) (*claimer, *sql.DB) {
 	c, db, _ := newClaimerAt(t)
 	return c, db
@@ -31,7 +32,28 @@ func newClaimer(t *testing.T) (*claimer, *sql.DB) {
 // newClaimerAt is newClaimer that also returns the database's URL.
 func newClaimerAt(t *testing.T) (*claimer, *sql.DB, string) {
 	t.Helper()
-	url := inboxtest.Postgres(t)
+	f := newFixture(t, dialect.Postgres)
+	return f.c, f.db, f.url
+}
+
+// fixture is the form's claimer on a fresh "advisory_jobs" table of four
+// rows (ids 1 to 4), on one database, with what the tests do there.
+type fixture struct {
+	c   *claimer
+	db  *sql.DB
+	d   *dialect.Dialect
+	url string
+}
+
+func newFixture(t *testing.T, kind dialect.Kind) *fixture {
+	t.Helper()
+	var url string
+	encoding := dialect.Timestamptz
+	if kind == dialect.MySQL {
+		url, encoding = inboxtest.MySQL(t), dialect.Datetime
+	} else {
+		url = inboxtest.Postgres(t)
+	}
 	db, d, err := dialect.Open(url)
 	if err != nil {
 		t.Fatal(err)
@@ -42,9 +64,10 @@ func newClaimerAt(t *testing.T) (*claimer, *sql.DB, string) {
 		t.Fatal(err)
 	}
 	tbl := claim.Table{
-		Table:    dialect.Table{Name: `"advisory_jobs"`, ID: `"id"`, LockedUntil: `"locked_until"`, Attempts: `"attempts"`, LastError: `"last_error"`},
+		Table: dialect.Table{Name: d.Quote("advisory_jobs"), ID: d.Quote("id"), LockedUntil: d.Quote("locked_until"),
+			Attempts: d.Quote("attempts"), LastError: d.Quote("last_error")},
 		Unquoted: "advisory_jobs",
-		Times:    dialect.Times{Kind: dialect.Postgres, Encoding: dialect.Timestamptz},
+		Times:    dialect.Times{Kind: kind, Encoding: encoding},
 		New:      func(dest []any) (any, []any) { return nil, dest },
 	}
 	stmts := d.Inbox(tbl.Table, tbl.Times)
@@ -53,12 +76,102 @@ func newClaimerAt(t *testing.T) (*claimer, *sql.DB, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 4 {
-		if _, err := db.Exec("INSERT INTO advisory_jobs (payload) VALUES ('p')"); err != nil {
+	f := &fixture{c: c.(*claimer), db: db, d: d, url: url}
+	f.insert(t, 4)
+	return f
+}
+
+// onEach runs test on Postgres and on MariaDB/MySQL.
+func onEach(t *testing.T, test func(t *testing.T, f *fixture)) {
+	for _, k := range []dialect.Kind{dialect.Postgres, dialect.MySQL} {
+		t.Run(k.String(), func(t *testing.T) {
+			t.Parallel()
+			test(t, newFixture(t, k))
+		})
+	}
+}
+
+// insert writes n more rows.
+func (f *fixture) insert(t *testing.T, n int) {
+	t.Helper()
+	q := "INSERT INTO advisory_jobs (payload) SELECT 'p' FROM generate_series(1, $1)"
+	if f.d.Kind == dialect.MySQL {
+		q = "INSERT INTO advisory_jobs (payload) SELECT 'p' FROM seq_1_to_1000 WHERE seq <= ?"
+	}
+	if _, err := f.db.Exec(q, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// delay sets row id's time an hour ahead, as a retry would.
+func (f *fixture) delay(t *testing.T, id int64) {
+	t.Helper()
+	q := "UPDATE advisory_jobs SET locked_until = now() + interval '1 hour' WHERE id = $1"
+	if f.d.Kind == dialect.MySQL {
+		q = "UPDATE advisory_jobs SET locked_until = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR WHERE id = ?"
+	}
+	if _, err := f.db.Exec(q, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lockElsewhere takes the advisory locks of rows from to to (inclusive) on
+// a session of its own, held until the test ends.
+func (f *fixture) lockElsewhere(t *testing.T, from, to int64) {
+	t.Helper()
+	ctx := context.Background()
+	other, err := f.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	if f.d.Kind != dialect.MySQL {
+		if _, err := other.ExecContext(ctx, "SELECT pg_advisory_lock($1, (g % 4294967296)::bigint::bit(32)::int) FROM generate_series($2::bigint, $3::bigint) AS g", Class("advisory_jobs"), from, to); err != nil {
 			t.Fatal(err)
 		}
+		return
 	}
-	return c.(*claimer), db, url
+	database := f.database(t)
+	for id := from; id <= to; id++ {
+		var got int
+		if err := other.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", dialect.AdvisoryLockName(database, Class("advisory_jobs"), id)).Scan(&got); err != nil || got != 1 {
+			t.Fatalf("lock row %d elsewhere: %d, %v", id, got, err)
+		}
+	}
+}
+
+func (f *fixture) database(t *testing.T) string {
+	t.Helper()
+	var database string
+	if err := f.db.QueryRow("SELECT DATABASE()").Scan(&database); err != nil {
+		t.Fatal(err)
+	}
+	return database
+}
+
+// locks counts the advisory locks of the table's class held in the
+// database: on MariaDB/MySQL those of every id up to 2000.
+func (f *fixture) locks(t *testing.T) int {
+	t.Helper()
+	if f.d.Kind != dialect.MySQL {
+		return locks(t, f.db)
+	}
+	database := f.database(t)
+	var n int
+	for from := int64(1); from <= 2000; from += 200 {
+		parts := make([]string, 0, 200)
+		args := make([]any, 0, 200)
+		for id := from; id < from+200; id++ {
+			parts = append(parts, "(IS_USED_LOCK(?) IS NOT NULL)")
+			args = append(args, dialect.AdvisoryLockName(database, Class("advisory_jobs"), id))
+		}
+		var k int
+		if err := f.db.QueryRow("SELECT "+strings.Join(parts, " + "), args...).Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		n += k
+	}
+	return n
 }
 
 // throughWrapper is a claimer like c on a pool of its own to url whose
@@ -110,17 +223,12 @@ func locks(t *testing.T, db *sql.DB) int {
 // Rows deleted or delayed by their previous holder between the look and
 // the lock are not handed out, and their locks are let go at once; rows
 // another session holds are skipped without counting against the limit.
-func TestRereadAndSkip(t *testing.T) {
-	c, db := newClaimer(t)
+func TestRereadAndSkip(t *testing.T) { onEach(t, rereadAndSkip) }
+
+func rereadAndSkip(t *testing.T, f *fixture) {
+	c, db := f.c, f.db
 	ctx := context.Background()
-	other, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	if _, err := other.ExecContext(ctx, "SELECT pg_advisory_lock($1, 1)", Class("advisory_jobs")); err != nil {
-		t.Fatal(err)
-	}
+	f.lockElsewhere(t, 1, 1)
 	// Between each lock and its reread, row 2 is deleted and row 3
 	// delayed, as their previous holder would.
 	c.locked.Hold()
@@ -140,9 +248,7 @@ func TestRereadAndSkip(t *testing.T) {
 			if _, err := db.Exec("DELETE FROM advisory_jobs WHERE id = 2"); err != nil {
 				t.Error(err)
 			}
-			if _, err := db.Exec("UPDATE advisory_jobs SET locked_until = now() + interval '1 hour' WHERE id = 3"); err != nil {
-				t.Error(err)
-			}
+			f.delay(t, 3)
 			c.locked.Resume()
 		case r = <-done:
 			held = false
@@ -157,7 +263,7 @@ func TestRereadAndSkip(t *testing.T) {
 	if len(jobs) != 1 || jobs[0].ID != 4 {
 		t.Fatalf("claimed %v, want row 4 alone (1 held elsewhere, 2 deleted, 3 delayed)", ids(jobs))
 	}
-	if n := locks(t, db); n != 2 {
+	if n := f.locks(t); n != 2 {
 		t.Errorf("%d advisory locks of the class held, want 2 (row 1 by the other session, row 4 by the claim)", n)
 	}
 	if c.Held() != 1 {
@@ -166,7 +272,7 @@ func TestRereadAndSkip(t *testing.T) {
 	if err := jobs[0].Ack(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := locks(t, db); n != 1 {
+	if n := f.locks(t); n != 1 {
 		t.Errorf("%d advisory locks after the ack, want 1 (the other session's)", n)
 	}
 	if c.Held() != 0 {
@@ -176,8 +282,10 @@ func TestRereadAndSkip(t *testing.T) {
 
 // The jobs of one claim share a connection, which goes back to the pool
 // when the last of them is settled; retry and release let their rows go.
-func TestSharedConnection(t *testing.T) {
-	c, db := newClaimer(t)
+func TestSharedConnection(t *testing.T) { onEach(t, sharedConnection) }
+
+func sharedConnection(t *testing.T, f *fixture) {
+	c, db := f.c, f.db
 	ctx := context.Background()
 	jobs, err := c.Claim(ctx, 10)
 	if err != nil {
@@ -214,12 +322,12 @@ func TestSharedConnection(t *testing.T) {
 	if err := jobs[0].Ack(ctx); err == nil {
 		t.Error("a second settlement of one job succeeded")
 	}
-	if n := locks(t, db); n != 0 {
+	if n := f.locks(t); n != 0 {
 		t.Errorf("%d advisory locks left after every job was settled", n)
 	}
 	var attempts int
 	var lastError string
-	if err := db.QueryRow("SELECT attempts, last_error FROM advisory_jobs WHERE id = $1", jobs[1].ID).Scan(&attempts, &lastError); err != nil {
+	if err := db.QueryRow(f.d.Rebind("SELECT attempts, last_error FROM advisory_jobs WHERE id = $1"), jobs[1].ID).Scan(&attempts, &lastError); err != nil {
 		t.Fatal(err)
 	}
 	if attempts != 1 || lastError != "later" {
@@ -250,21 +358,14 @@ func ids(jobs []*claim.Job) []int64 {
 // A claim steps past rows other sessions hold, however many precede the
 // free ones (more than one lock statement tries), and holds locks on the
 // rows it returns and no others.
-func TestStepPastHeld(t *testing.T) {
-	c, db := newClaimer(t)
+func TestStepPastHeld(t *testing.T) { onEach(t, stepPastHeld) }
+
+func stepPastHeld(t *testing.T, f *fixture) {
+	c := f.c
 	ctx := context.Background()
-	if _, err := db.Exec("INSERT INTO advisory_jobs (payload) SELECT 'p' FROM generate_series(1, 96)"); err != nil {
-		t.Fatal(err)
-	}
-	other, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	f.insert(t, 96)
 	const held = 80 // rows 1 to 80: more than two statements of 2*2+walkSlack tries
-	if _, err := other.ExecContext(ctx, "SELECT pg_advisory_lock($1, g) FROM generate_series(1, $2::int) AS g", Class("advisory_jobs"), held); err != nil {
-		t.Fatal(err)
-	}
+	f.lockElsewhere(t, 1, held)
 	jobs, err := c.Claim(ctx, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +373,7 @@ func TestStepPastHeld(t *testing.T) {
 	if got := ids(jobs); len(got) != 2 || got[0] != held+1 || got[1] != held+2 {
 		t.Fatalf("claimed %v, want rows %d and %d", got, held+1, held+2)
 	}
-	if n := locks(t, db); n != held+2 {
+	if n := f.locks(t); n != held+2 {
 		t.Errorf("%d advisory locks of the class held, want %d (the other session's and the claim's two)", n, held+2)
 	}
 	for _, j := range jobs {
@@ -280,7 +381,7 @@ func TestStepPastHeld(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := locks(t, db); n != held {
+	if n := f.locks(t); n != held {
 		t.Errorf("%d advisory locks of the class after the release, want the other session's %d", n, held)
 	}
 }
@@ -288,25 +389,18 @@ func TestStepPastHeld(t *testing.T) {
 // Two hundred rows held by other sessions ahead of the available ones (two
 // instances of 100 workers in work) do not make a claim for one row come
 // back empty.
-func TestStepPastManyHeld(t *testing.T) {
-	c, db := newClaimer(t)
+func TestStepPastManyHeld(t *testing.T) { onEach(t, stepPastManyHeld) }
+
+func stepPastManyHeld(t *testing.T, f *fixture) {
+	c := f.c
 	ctx := context.Background()
-	if _, err := db.Exec("INSERT INTO advisory_jobs (payload) SELECT 'p' FROM generate_series(1, 400)"); err != nil {
-		t.Fatal(err)
-	}
-	other, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	f.insert(t, 400)
 	var first int64
-	if err := db.QueryRow("SELECT min(id) FROM advisory_jobs").Scan(&first); err != nil {
+	if err := f.db.QueryRow("SELECT min(id) FROM advisory_jobs").Scan(&first); err != nil {
 		t.Fatal(err)
 	}
-	const held = 204 // the four rows newClaimer writes, and 200 more
-	if _, err := other.ExecContext(ctx, "SELECT pg_advisory_lock($1, (g % 4294967296)::bigint::bit(32)::int) FROM generate_series($2::bigint, $2::bigint + $3 - 1) AS g", Class("advisory_jobs"), first, held); err != nil {
-		t.Fatal(err)
-	}
+	const held = 204 // the four rows newFixture writes, and 200 more
+	f.lockElsewhere(t, first, first+held-1)
 	jobs, err := c.Claim(ctx, 1)
 	if err != nil {
 		t.Fatal(err)

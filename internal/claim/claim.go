@@ -175,11 +175,12 @@ func (s *Scanner) Scan(scan func(dest ...any) error) (*Job, error) {
 	return j, nil
 }
 
-// PostgresOnly is the Supports of a form that needs Postgres: holds says how
-// the form holds a row, for the error.
-func PostgresOnly(form, holds string, d *dialect.Dialect) error {
+// SessionLocksOnly is the Supports of a form that holds rows under locks
+// of the session (see dialect.SessionLocks): holds says how the form holds
+// a row, for the error.
+func SessionLocksOnly(form, holds string, d *dialect.Dialect) error {
 	if !d.SessionLocks() {
-		return fmt.Errorf("the %s form holds %s, which needs Postgres; %s cannot serve it: use lease.Form, which runs on every database", form, holds, d)
+		return fmt.Errorf("the %s form holds %s, which needs Postgres, MariaDB or MySQL; %s cannot serve it: use lease.Form, which runs on every database", form, holds, d)
 	}
 	return nil
 }

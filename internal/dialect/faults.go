@@ -139,10 +139,10 @@ func (d *Dialect) BlockSequences() bool { return d.Kind == Postgres }
 // Notifies says the database has LISTEN/NOTIFY (MariaDB and MySQL have none).
 func (d *Dialect) Notifies() bool { return d.Kind == Postgres }
 
-// SessionLocks says a connection can hold row locks and advisory locks
-// across statements (FOR UPDATE SKIP LOCKED, pg_try_advisory_lock), as the
-// row-lock and advisory claim forms need.
-func (d *Dialect) SessionLocks() bool { return d.Kind == Postgres }
+// SessionLocks says a connection can hold advisory locks across
+// statements, several at once (pg_try_advisory_lock; GET_LOCK on MariaDB
+// 10.0.2+ and MySQL 5.7+), as the advisory claim form needs.
+func (d *Dialect) SessionLocks() bool { return d.Kind == Postgres || d.Kind == MySQL }
 
 // RowLocks says a transaction can hold a row lock while a handler runs and
 // other claimers skip the row (FOR UPDATE SKIP LOCKED), as the row-lock

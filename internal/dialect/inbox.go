@@ -60,15 +60,22 @@ type InboxSQL struct {
 	// claim order (id, or priority then id) and tries an advisory lock on
 	// each, until it holds the limit or has tried the most it may, and
 	// returns one row (id, locked, priority) per row tried; without a
-	// priority column the priority returned is 0. The lock key is (class,
-	// id mod 2^32 as int4): ids that collide wait for each other, they
-	// never share a holder. A row comes back with locked false when another
-	// session holds it; as many rows back as it may try and fewer locked
-	// than the limit mean there may be more rows above the last.
+	// priority column the priority returned is 0. On Postgres the lock key
+	// is (class, id mod 2^32 as int4): ids that collide wait for each
+	// other, they never share a holder; on MySQL it is the user lock
+	// AdvisoryLockName, and rows other sessions hold are passed over, not
+	// returned. A row comes back with locked false when another session
+	// holds it (or took it between the look and the lock); as many rows
+	// back as Reach says and fewer locked than the limit mean there may be
+	// more rows above the last.
 	LockAvailable LockAvailableSQL
 	// Reread reads rows again by id once locked and counts their attempt
-	// (where the table has the column).
+	// (where the table has the column; on MySQL CountLocked counts it).
 	Reread RereadSQL
+	// CountLocked, on MySQL where the table counts attempts, counts the
+	// attempt of the locked rows Reread then reads, committed on its own;
+	// its SQL is "" where Reread counts it.
+	CountLocked CountLockedSQL
 	// Ack deletes a claimed row fenced on its lease.
 	Ack AckSQL
 	// AckMany deletes claimed rows fenced on their leases and returns the
@@ -90,8 +97,8 @@ type InboxSQL struct {
 	// Delete removes a row held by a lock (row-lock and advisory forms).
 	Delete DeleteSQL
 	// DeleteMany removes rows held by advisory locks and returns the ids it
-	// deleted (its one parameter a bigint[]; its text form binds too).
-	// Postgres only.
+	// deleted (on Postgres its one parameter a bigint[], whose text form
+	// binds too; on MySQL the ids written out, MariaDB 10.5+).
 	DeleteMany DeleteManySQL
 	// RetryLocked, ParkLocked and SnoozeLocked are Retry, Park and Snooze
 	// for rows held by a lock.
@@ -101,8 +108,9 @@ type InboxSQL struct {
 	// ReleaseLocked gives back a row held by a lock, with the attempt its
 	// claim counted, available at once.
 	ReleaseLocked ReleaseLockedSQL
-	// Unlock releases advisory locks (its parameters the lock class, an
-	// int4, and the ids, a bigint[]).
+	// Unlock releases advisory locks (on Postgres its parameters the lock
+	// class, an int4, and the ids, a bigint[]; on MySQL a RELEASE_LOCK
+	// written out for each row).
 	Unlock UnlockSQL
 	// UnlockAll releases every advisory lock of the session, before a
 	// session that may still hold some goes back to its pool.
@@ -172,6 +180,7 @@ func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 	}
 	if d.Kind == MySQL {
 		w.mysqlClaims(&s)
+		w.mysqlAdvisory(&s)
 	}
 	return s
 }

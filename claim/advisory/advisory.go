@@ -1,6 +1,5 @@
 // Package advisory is the claim form that holds claimed rows under session
-// advisory locks: pg_try_advisory_lock on Postgres, GET_LOCK on MariaDB and
-// MySQL.
+// advisory locks: pg_try_advisory_lock on Postgres, GET_LOCK on MariaDB.
 //
 // A claim pins one pool connection and takes an advisory lock on each of
 // the rows it keeps (its key is the table's lock class and the row's id), then
@@ -8,12 +7,11 @@
 // row between the look and the lock. Every job of one claim shares the
 // pinned connection, which goes back to the pool when the last of them is
 // settled. Ack deletes the row, then unlocks it once the delete has
-// committed, in one round trip; acks of one claim that queue together share
-// one delete. When the holder dies its session ends and Postgres frees its
-// locks at once: there is no lease to wait out. It holds one connection per
-// claim batch rather than one per job, and serves Postgres, MariaDB (10.5+)
-// and MySQL (8.0+; its acks need DELETE ... RETURNING, which MySQL lacks:
-// MariaDB is the one tested).
+// committed (on Postgres in one round trip); acks of one claim that queue
+// together share one delete. When the holder dies its session ends and the
+// database frees its locks at once: there is no lease to wait out. It holds one connection per
+// claim batch rather than one per job, and serves Postgres and MariaDB
+// (10.5+: its acks use DELETE ... RETURNING, which MySQL lacks).
 //
 //	sub, err := inbox.Subscribe(b, q, handle, inbox.Form(advisory.Form), inbox.Workers(8))
 package advisory

@@ -47,12 +47,18 @@ type fixture struct {
 
 func newFixture(t *testing.T, kind dialect.Kind) *fixture {
 	t.Helper()
-	var url string
+	if kind == dialect.MySQL {
+		return newFixtureAt(t, inboxtest.MySQL(t), kind)
+	}
+	return newFixtureAt(t, inboxtest.Postgres(t), kind)
+}
+
+// newFixtureAt is newFixture on the database at url.
+func newFixtureAt(t *testing.T, url string, kind dialect.Kind) *fixture {
+	t.Helper()
 	encoding := dialect.Timestamptz
 	if kind == dialect.MySQL {
-		url, encoding = inboxtest.MySQL(t), dialect.Datetime
-	} else {
-		url = inboxtest.Postgres(t)
+		encoding = dialect.Datetime
 	}
 	db, d, err := dialect.Open(url)
 	if err != nil {

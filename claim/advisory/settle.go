@@ -177,7 +177,14 @@ func (p *pin) exec(ctx context.Context, s *settlement) (dirty bool, err error) {
 	e := &p.c.env
 	if s.call.SQL != "" {
 		var res sql.Result
-		res, err = p.conn.ExecContext(ctx, s.call.SQL, s.call.Args...)
+		// A statement the database rolled back for a conflict (MariaDB's
+		// deadlock or lock wait timeout) changed nothing: it is sent again.
+		for try := 1; ; try++ {
+			res, err = p.conn.ExecContext(ctx, s.call.SQL, s.call.Args...)
+			if err == nil || try == conflictTries || !e.Dialect.Conflict(err) {
+				break
+			}
+		}
 		if err == nil {
 			if n, rerr := res.RowsAffected(); rerr == nil && n == 0 {
 				err = claim.ErrLost // deleted by someone who ignores the lock
@@ -237,25 +244,39 @@ func (p *pin) ackMany(ctx context.Context, ids []int64) (deleted map[int64]bool,
 		return deleted, err, uerr
 	}
 	deleted = make(map[int64]bool, len(ids))
-	err = func() error {
-		q := e.SQL.DeleteMany.Call(ids)
-		rows, err := p.conn.QueryContext(ctx, q.SQL, q.Args...)
-		if err != nil {
-			return err
+	for try := 1; ; try++ {
+		clear(deleted)
+		err = p.deleteMany(ctx, ids, deleted)
+		if err == nil || try == conflictTries || !e.Dialect.Conflict(err) {
+			break
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			deleted[id] = true
-		}
-		return rows.Err()
-	}()
+	}
 	u := e.SQL.Unlock.Call(p.c.class, ids)
 	_, uerr = p.conn.ExecContext(ctx, u.SQL, u.Args...)
 	return deleted, err, uerr
+}
+
+// conflictTries is how many times a settlement's statement that the
+// database rolled back for a conflict (MariaDB: a deadlock, 1213, or a
+// lock wait timeout, 1205) is sent.
+const conflictTries = 3
+
+// deleteMany deletes rows ids and marks in deleted those it deleted.
+func (p *pin) deleteMany(ctx context.Context, ids []int64, deleted map[int64]bool) error {
+	q := p.c.env.SQL.DeleteMany.Call(ids)
+	rows, err := p.conn.QueryContext(ctx, q.SQL, q.Args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		deleted[id] = true
+	}
+	return rows.Err()
 }
 
 // pipelineAck sends DeleteMany, a Sync, Unlock and a Sync in one round

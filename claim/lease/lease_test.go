@@ -82,7 +82,8 @@ func newClaimer(t *testing.T, url string, clk clock.Clock, n int) (*claimer, *sq
 		}
 	}
 	tbl := claim.Table{
-		Table:    dialect.Table{Name: `"jobs"`, ID: `"id"`, LockedUntil: `"locked_until"`, Attempts: `"attempts"`, LastError: `"last_error"`},
+		Table: dialect.Table{Name: d.Quote("jobs"), ID: d.Quote("id"), LockedUntil: d.Quote("locked_until"),
+			Attempts: d.Quote("attempts"), LastError: d.Quote("last_error")},
 		Unquoted: "jobs",
 		Times:    dialect.Times{Kind: d.Kind, Encoding: dialect.EncodingFor(d.Kind, declared)},
 		New:      func(dest []any) (any, []any) { return nil, dest },

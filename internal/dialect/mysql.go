@@ -257,9 +257,11 @@ func mysqlRefused(err error) *Refusal {
 	return nil
 }
 
-// Conflict says err is a transaction the database rolled back for a
-// conflict with another (MySQL's deadlock 1213 or lock wait timeout 1205):
-// nothing of it was written, and it may be run again at once.
+// Conflict says err is a statement the database refused for a conflict
+// with another transaction (MySQL's deadlock 1213, which rolls back the
+// whole transaction, or lock wait timeout 1205, which rolls back the
+// statement): a caller that rolls its transaction back has written nothing,
+// and may run it again at once.
 func (d *Dialect) Conflict(err error) bool {
 	var me *mysql.MySQLError
 	return d != nil && d.Kind == MySQL && errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)

@@ -265,3 +265,102 @@ func TestMySQLProbe(t *testing.T) {
 		t.Fatal("lock mode 2 taken for consecutive ids")
 	}
 }
+
+// A real deadlock (1213) and a real lock wait timeout (1205) on MariaDB are
+// conflicts to run again, not connection faults: two transactions lock two
+// rows in opposite orders, and InnoDB rolls one back; a third waits on a
+// held row past a one-second innodb_lock_wait_timeout.
+func TestMySQLRealConflicts(t *testing.T) {
+	url := testdb.MySQL(t)
+	db, d, err := dialect.Open(url + "?innodb_lock_wait_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE pair (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO pair VALUES (1, 0), (2, 0)"); err != nil {
+		t.Fatal(err)
+	}
+	a, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Rollback()
+	b, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Rollback()
+	if _, err := a.ExecContext(ctx, "UPDATE pair SET v = v + 1 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ExecContext(ctx, "UPDATE pair SET v = v + 1 WHERE id = 2"); err != nil {
+		t.Fatal(err)
+	}
+	// a waits for row 2; b's wait for row 1 closes the cycle, and InnoDB
+	// rolls one of them back at once.
+	aDone := make(chan error, 1)
+	go func() {
+		_, err := a.ExecContext(ctx, "UPDATE pair SET v = v + 1 WHERE id = 2")
+		aDone <- err
+	}()
+	waitForLockWait(t, db)
+	_, bErr := b.ExecContext(ctx, "UPDATE pair SET v = v + 1 WHERE id = 1")
+	var deadlock error
+	if bErr != nil {
+		deadlock = bErr
+		_ = b.Rollback()
+		if err := <-aDone; err != nil {
+			t.Fatalf("both transactions failed: %v; %v", bErr, err)
+		}
+	} else if deadlock = <-aDone; deadlock == nil {
+		t.Fatal("two transactions locked two rows in opposite orders and neither was rolled back")
+	}
+	var me *mysql.MySQLError
+	if !errors.As(deadlock, &me) || me.Number != 1213 {
+		t.Fatalf("the deadlock's error: %v, want 1213", deadlock)
+	}
+	if !d.Conflict(deadlock) || d.DeadConn(deadlock) || d.Unreachable(deadlock) || d.Refused(deadlock) != nil {
+		t.Errorf("real deadlock %v: Conflict %v DeadConn %v Unreachable %v: want a conflict to run again", deadlock, d.Conflict(deadlock), d.DeadConn(deadlock), d.Unreachable(deadlock))
+	}
+	_ = a.Rollback()
+	_ = b.Rollback()
+
+	holder, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback()
+	if _, err := holder.ExecContext(ctx, "UPDATE pair SET v = v + 1 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	_, timeout := db.ExecContext(ctx, "UPDATE pair SET v = v + 1 WHERE id = 1")
+	if !errors.As(timeout, &me) || me.Number != 1205 {
+		t.Fatalf("a statement waiting past innodb_lock_wait_timeout: %v, want 1205", timeout)
+	}
+	if !d.Conflict(timeout) || d.DeadConn(timeout) || d.Unreachable(timeout) || d.Refused(timeout) != nil {
+		t.Errorf("real lock wait timeout %v: Conflict %v DeadConn %v Unreachable %v: want a conflict to run again", timeout, d.Conflict(timeout), d.DeadConn(timeout), d.Unreachable(timeout))
+	}
+}
+
+// waitForLockWait waits until a transaction of db's database waits for a
+// row lock.
+func waitForLockWait(t *testing.T, db *sql.DB) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		var n int
+		if err := db.QueryRow(`SELECT count(*) FROM information_schema.innodb_trx x
+			JOIN information_schema.processlist p ON p.id = x.trx_mysql_thread_id
+			WHERE x.trx_state = 'LOCK WAIT' AND p.db = DATABASE()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+	}
+	t.Fatal("no transaction waited for a row lock within 30s")
+}

@@ -40,7 +40,7 @@ type soakConfig struct {
 func soak(ctx context.Context, args []string) error {
 	var c soakConfig
 	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
-	fs.StringVar(&c.url, "db", "", "database URL (required): postgres://... or a SQLite file, sqlite:///abs/path.db")
+	fs.StringVar(&c.url, "db", "", "database URL (required): postgres://..., mysql://... (MariaDB) or a SQLite file, sqlite:///abs/path.db")
 	fs.StringVar(&c.form, "form", "lease", "claim form: lease, rowlock or advisory")
 	fs.StringVar(&c.table, "table", "inbox_soak", "inbox table, or schema.table; the soak drops and recreates it and its _produced, _marks and _kills tables")
 	fs.IntVar(&c.processes, "processes", 4, "worker processes at once")
@@ -54,7 +54,7 @@ func soak(ctx context.Context, args []string) error {
 	fs.DurationVar(&c.handle, "handle", 100*time.Millisecond, "mean handling time (uniform on 0..2x; one in a hundred runs 1.5 leases)")
 	fs.BoolVar(&c.tx, "tx", false, "workers use inbox.HandleTx and insert one sent row per handling in its transaction; the verdict asks for exactly one per row (on SQLite the handling's marks go in its transaction too)")
 	fs.BoolVar(&c.outside, "effect-outside-tx", false, "with --tx, the control: workers use inbox.Handle and insert the sent row after the handling, outside the ack's transaction, so sent_not_once counts the effects a kill repeated")
-	fs.StringVar(&c.restartCmd, "restart-cmd", "", "command that restarts Postgres (default: pg_ctlcluster --skip-systemctl-redirect VERSION main restart, VERSION read from /etc/postgresql)")
+	fs.StringVar(&c.restartCmd, "restart-cmd", "", "shell command that restarts the database server (Postgres default: pg_ctlcluster --skip-systemctl-redirect VERSION main restart, VERSION read from /etc/postgresql; MariaDB: required, e.g. 'service mariadb restart')")
 	// --seconds 60 reads as a minute, as the issue writes it.
 	for i, a := range args {
 		for _, p := range []string{"--seconds=", "-seconds="} {
@@ -101,6 +101,9 @@ func soak(ctx context.Context, args []string) error {
 		}
 		c.restartCmd = "pg_ctlcluster --skip-systemctl-redirect " + vs[0].Name() + " main restart"
 	}
+	if c.restartDB && d.Kind == dialect.MySQL && c.restartCmd == "" {
+		return fmt.Errorf("--restart-db on MariaDB/MySQL needs --restart-cmd, the shell command that restarts the server (e.g. 'service mariadb restart')")
+	}
 	t, err := newSoakTables(d, c.table)
 	if err != nil {
 		return err
@@ -112,7 +115,7 @@ func soak(ctx context.Context, args []string) error {
 		return fmt.Errorf("--effect-outside-tx is the control of --tx: give both")
 	}
 	if c.tx {
-		if err := makeSent(ctx, db, c.table); err != nil {
+		if err := makeSent(ctx, db, d, c.table); err != nil {
 			return err
 		}
 	}
@@ -152,7 +155,7 @@ type soakRun struct {
 	producerIn   io.WriteCloser // a line asks the producer to hold its next transaction
 	kills        int
 	restarts     int
-	restartTimes []restart // each Postgres restart, on the database's clock
+	restartTimes []restart // each server restart, on the database's clock
 	unexpected   int       // processes that exited without being told to
 	records      sync.WaitGroup
 }
@@ -359,7 +362,7 @@ loop:
 			}
 
 		case <-restartC:
-			if r.d.Kind == dialect.Postgres {
+			if r.d.Kind != dialect.SQLite {
 				r.logf("restarting the database: %s", c.restartCmd)
 				if us, err := r.t.readNowUS(ctx, r.db); err == nil {
 					r.restartTimes = append(r.restartTimes, restart{beganUS: us, backUS: math.MaxInt64})
@@ -367,7 +370,7 @@ loop:
 					r.logf("could not read the database's clock before the restart: %v", err)
 				}
 				restarting = true
-				go func() { restarted <- restartPostgres(ctx, c.restartCmd, r.db) }()
+				go func() { restarted <- restartServer(ctx, c.restartCmd, r.db) }()
 				break
 			}
 			if r.producer == nil {
@@ -572,11 +575,10 @@ func (r *soakRun) verdict(ctx context.Context) error {
 	return nil
 }
 
-// restartPostgres runs the restart command, then waits until the database
-// answers again.
-func restartPostgres(ctx context.Context, command string, db *sql.DB) error {
-	f := strings.Fields(command)
-	out, err := exec.CommandContext(ctx, f[0], f[1:]...).CombinedOutput()
+// restartServer runs the restart command (with sh -c), then waits until
+// the database answers again.
+func restartServer(ctx context.Context, command string, db *sql.DB) error {
+	out, err := exec.CommandContext(ctx, "sh", "-c", command).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s: %w: %s", command, err, strings.TrimSpace(string(out)))
 	}

@@ -20,8 +20,8 @@ func sentTable(table string) string { return table + "_sent" }
 
 // makeSent makes the sent table afresh: no unique index, so an effect
 // committed twice would show.
-func makeSent(ctx context.Context, db *sql.DB, table string) error {
-	q := dialect.Quote(sentTable(table))
+func makeSent(ctx context.Context, db *sql.DB, d *dialect.Dialect, table string) error {
+	q := d.Quote(sentTable(table))
 	if err := dialect.CheckTableName(sentTable(table)); err != nil {
 		return fmt.Errorf("--table: %w", err)
 	}
@@ -35,14 +35,14 @@ func makeSent(ctx context.Context, db *sql.DB, table string) error {
 
 // insertSent is the effect of a handling: $1 the row's sequence number.
 func insertSent(d *dialect.Dialect, table string) string {
-	return d.Rebind("INSERT INTO " + dialect.Quote(sentTable(table)) + " (seq) VALUES ($1)")
+	return d.Rebind("INSERT INTO " + d.Quote(sentTable(table)) + " (seq) VALUES ($1)")
 }
 
 // sentNotOnce counts the produced rows without exactly one sent row.
 func sentNotOnce(ctx context.Context, db *sql.DB, t *soakTables) (int64, error) {
 	var n int64
 	err := db.QueryRowContext(ctx, "SELECT count(*) FROM "+t.qProduced+" p WHERE (SELECT count(*) FROM "+
-		dialect.Quote(sentTable(t.jobs))+" s WHERE s.seq = p.seq) <> 1").Scan(&n)
+		t.d.Quote(sentTable(t.jobs))+" s WHERE s.seq = p.seq) <> 1").Scan(&n)
 	return n, err
 }
 

@@ -25,7 +25,7 @@ func ApplySchedules(ctx context.Context, db *sql.DB) error {
 	}
 	d, err := dialect.Detect(db)
 	if err != nil || d.Kind != dialect.SQLite {
-		return err // Postgres adds them in schedule.sql
+		return err // Postgres adds them in schedule.sql; MariaDB's tables have them from the first
 	}
 	return addColumns(ctx, db, d, "schedule.sql", scheduleColumns)
 }

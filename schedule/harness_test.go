@@ -14,6 +14,7 @@ import (
 
 	"github.com/sqlinbox/sqlinbox/clock"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/internal/testdb"
 	"github.com/sqlinbox/sqlinbox/migrations"
 	"github.com/sqlinbox/sqlinbox/schedule"
 )
@@ -44,7 +45,8 @@ func randomName() string {
 }
 
 // eachDatabase runs f on a fresh SQLite memory database and, with
-// POSTGRES_TEST_URL, on a fresh Postgres schema.
+// POSTGRES_TEST_URL, on a fresh Postgres schema, and with MYSQL_TEST_URL,
+// on a fresh MariaDB/MySQL database.
 func eachDatabase(t *testing.T, f func(t *testing.T, open opener)) {
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
@@ -66,6 +68,22 @@ func eachDatabase(t *testing.T, f func(t *testing.T, open opener)) {
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
 		url := postgresURL(t)
+		open := func(t *testing.T) *sql.DB {
+			db, _, err := dialect.Open(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			return db
+		}
+		if err := migrations.ApplySchedules(context.Background(), open(t)); err != nil {
+			t.Fatal(err)
+		}
+		f(t, open)
+	})
+	t.Run("mysql", func(t *testing.T) {
+		t.Parallel()
+		url := testdb.MySQL(t)
 		open := func(t *testing.T) *sql.DB {
 			db, _, err := dialect.Open(url)
 			if err != nil {

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/internal/testdb"
 	"github.com/sqlinbox/sqlinbox/migrations"
 	"github.com/sqlinbox/sqlinbox/schedule"
 )
@@ -308,15 +309,19 @@ func report(t *testing.T, all []event, killed time.Time, first int64) {
 }
 
 // eachDatabaseURL runs f with the URL of a fresh SQLite file and, with
-// POSTGRES_TEST_URL, of a fresh Postgres schema, both migrated: databases
-// that several processes share.
+// POSTGRES_TEST_URL, of a fresh Postgres schema, and with MYSQL_TEST_URL, of
+// a fresh MariaDB/MySQL database, all migrated: databases that several
+// processes share.
 func eachDatabaseURL(t *testing.T, f func(t *testing.T, url string)) {
-	for _, db := range []string{"sqlite-file", "postgres"} {
+	for _, db := range []string{"sqlite-file", "postgres", "mysql"} {
 		t.Run(db, func(t *testing.T) {
 			t.Parallel()
 			url := "sqlite://" + filepath.Join(t.TempDir(), "sched.db")
-			if db == "postgres" {
+			switch db {
+			case "postgres":
 				url = postgresURL(t)
+			case "mysql":
+				url = testdb.MySQL(t)
 			}
 			pool, _, err := dialect.Open(url)
 			if err != nil {

@@ -160,6 +160,13 @@ func (s *Scheduler) hold(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("hold the instance name: %w", err)
 	}
+	if n, err := res.RowsAffected(); err == nil && n == 0 && s.sql.HoldNew.SQL() != "" {
+		// Hold only renews here (MySQL): the name may be nobody's yet.
+		q := s.sql.HoldNew.Call(s.name, s.token, now, s.ttl)
+		if res, err = s.db.ExecContext(ctx, q.SQL, q.Args...); err != nil {
+			return fmt.Errorf("hold the instance name: %w", err)
+		}
+	}
 	if n, err := res.RowsAffected(); err != nil {
 		return fmt.Errorf("hold the instance name: %w", err)
 	} else if n == 0 {
@@ -294,7 +301,11 @@ func (s *Scheduler) fire(ctx context.Context, e *entry, at time.Time) error {
 		return nil
 	}
 	token := randomToken()
-	runs, err := s.claim(sctx, e, at, s.sql.TakeDealt.Call(s.name, token, s.clk.Now(), s.lease, e.name, at))
+	var read dialect.Call
+	if !s.sql.TakeDealt.Returns() {
+		read = s.sql.TakeDealt.Read(token, e.name, at)
+	}
+	runs, err := s.claim(sctx, e, at, s.sql.TakeDealt.Call(s.name, token, s.clk.Now(), s.lease, e.name, at), read)
 	if err != nil {
 		return fmt.Errorf("claim this instance's shares: %w", err)
 	}
@@ -415,8 +426,15 @@ func (s *Scheduler) exec(ctx context.Context, q dialect.Call) (sql.Result, error
 }
 
 // claim runs TakeDealt or TakeOver and reads the shares it claimed as runs
-// of the moment at.
-func (s *Scheduler) claim(ctx context.Context, e *entry, at time.Time, q dialect.Call) ([]Run, error) {
+// of the moment at; where the claim returns nothing (MySQL), read reads
+// them once it ran.
+func (s *Scheduler) claim(ctx context.Context, e *entry, at time.Time, q, read dialect.Call) ([]Run, error) {
+	if read.SQL != "" {
+		if _, err := s.db.ExecContext(ctx, q.SQL, q.Args...); err != nil {
+			return nil, err
+		}
+		q = read
+	}
 	rows, err := s.db.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
 
 // A moment's shares are rows that live instances claim with a lease, as an
@@ -314,7 +315,11 @@ func (s *Scheduler) sweep(loopCtx, ctx context.Context) error {
 		}
 		at := time.UnixMilli(o.moment).In(e.loc)
 		token := randomToken()
-		runs, err := s.claim(ctx, e, at, s.sql.TakeOver.Call(s.name, token, s.clk.Now(), s.lease, o.schedule, at, o.worker))
+		var read dialect.Call
+		if !s.sql.TakeOver.Returns() {
+			read = s.sql.TakeOver.Read(token, o.schedule, at, o.worker)
+		}
+		runs, err := s.claim(ctx, e, at, s.sql.TakeOver.Call(s.name, token, s.clk.Now(), s.lease, o.schedule, at, o.worker), read)
 		if err != nil {
 			return fmt.Errorf("take over share %d of schedule %q at %v: %w", o.worker, o.schedule, at, err)
 		}

@@ -35,8 +35,12 @@ type ScheduleSQL struct {
 	Beat ScheduleBeatSQL
 	// Hold takes or renews an instance name for a token unless another
 	// token holds it past now. No affected row: another live scheduler has
-	// the name.
+	// the name (or, where HoldNew is set, nobody holds it yet).
 	Hold ScheduleHoldSQL
+	// HoldNew, on MySQL, takes an instance name nobody holds, run when Hold
+	// (an UPDATE there) changed nothing; no affected row: another live
+	// scheduler has the name. Its SQL is "" where Hold inserts too.
+	HoldNew ScheduleHoldSQL
 	// HoldUntil reads when the hold on an instance name expires.
 	HoldUntil ScheduleInstanceSQL
 	// Leave deletes every heartbeat of an instance.
@@ -87,10 +91,10 @@ const shareCols = `worker, workers, dealt_to, instance_index, instances, runner,
 
 // Schedule returns the schedule statements for times kept as t says.
 func (d *Dialect) Schedule(t Times) ScheduleSQL {
-	hb, mo, sh, in := Quote(ScheduleHeartbeats), Quote(ScheduleMoments), Quote(ScheduleShares), Quote(ScheduleInstances)
+	hb, mo, sh, in := d.Quote(ScheduleHeartbeats), d.Quote(ScheduleMoments), d.Quote(ScheduleShares), d.Quote(ScheduleInstances)
 	// The placeholders are the order of each statement's Call.
 	x := func(sql string) text { return d.text(sql, t) }
-	return ScheduleSQL{
+	s := ScheduleSQL{
 		Beat: ScheduleBeatSQL{x(`INSERT INTO ` + hb + ` (schedule, instance, runners, expires_at, spec, placement, next_at, runs, failures, last_error, last_error_at)
 VALUES ($1, $2, $3, ` + t.At(4) + `, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (schedule, instance) DO UPDATE SET runners = excluded.runners, expires_at = excluded.expires_at,
@@ -104,10 +108,10 @@ WHERE ` + in + `.token = excluded.token OR ` + in + `.expires_at <= ` + t.At(4))
 		Unhold:    ScheduleUnholdSQL{x(`DELETE FROM ` + in + ` WHERE instance = $1 AND token = $2`)},
 		Members:   ScheduleMembersSQL{x(`SELECT instance, runners FROM ` + hb + ` WHERE schedule = $1 AND expires_at > ` + t.At(2))},
 		Claim:     ScheduleClaimSQL{x(`INSERT INTO ` + mo + ` (schedule, fired_at, writer, members) VALUES ($1, $2, $3, $4) ON CONFLICT (schedule, fired_at) DO NOTHING`)},
-		TakeDealt: ScheduleTakeDealtSQL{x(`UPDATE ` + sh + ` SET holder = $1, token = $2, locked_until = ` + t.At(3) + `
+		TakeDealt: ScheduleTakeDealtSQL{text: x(`UPDATE ` + sh + ` SET holder = $1, token = $2, locked_until = ` + t.At(3) + `
 WHERE schedule = $4 AND moment = $5 AND dealt_to = $1 AND holder IS NULL RETURNING ` + shareCols)},
 		Orphans: ScheduleOrphansSQL{x(`SELECT schedule, moment, worker FROM ` + sh + ` WHERE locked_until <= ` + t.At(1) + ` AND locked_until > ` + t.At(2))},
-		TakeOver: ScheduleTakeOverSQL{x(`UPDATE ` + sh + ` SET holder = $1, token = $2, locked_until = ` + t.At(3) + `
+		TakeOver: ScheduleTakeOverSQL{text: x(`UPDATE ` + sh + ` SET holder = $1, token = $2, locked_until = ` + t.At(3) + `
 WHERE schedule = $4 AND moment = $5 AND worker = $6 AND locked_until <= ` + t.At(7) + ` AND done_at IS NULL RETURNING ` + shareCols)},
 		Renew: ScheduleRenewSQL{x(`UPDATE ` + sh + ` SET locked_until = ` + t.At(1) + ` WHERE schedule = $2 AND moment = $3 AND worker = $4 AND token = $5`)},
 		Finish: ScheduleFinishSQL{x(`UPDATE ` + sh + ` SET done_at = ` + t.At(1) + `, error = $2, token = NULL, locked_until = $7
@@ -119,6 +123,10 @@ WHERE schedule = $3 AND moment = $4 AND worker = $5 AND token = $6`)},
 		PruneBeats:   SchedulePruneSQL{x(`DELETE FROM ` + hb + ` WHERE expires_at < ` + t.At(1))},
 		PruneHolds:   SchedulePruneSQL{x(`DELETE FROM ` + in + ` WHERE expires_at < ` + t.At(1))},
 	}
+	if d.Kind == MySQL {
+		d.mysqlSchedule(&s, t)
+	}
+	return s
 }
 
 // DealShares is the insert of n shares of one moment, each with ten
@@ -127,7 +135,7 @@ WHERE schedule = $3 AND moment = $4 AND worker = $5 AND token = $6`)},
 // (Times.Arg(now, lease)), until which only dealt_to claims it.
 func (d *Dialect) DealShares(t Times, n int) string {
 	var b strings.Builder
-	b.WriteString(`INSERT INTO ` + Quote(ScheduleShares) + ` (schedule, moment, ` + shareCols + `, locked_until) VALUES `)
+	b.WriteString(`INSERT INTO ` + d.Quote(ScheduleShares) + ` (schedule, moment, ` + shareCols + `, locked_until) VALUES `)
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")

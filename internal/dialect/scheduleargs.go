@@ -67,7 +67,20 @@ func (s ScheduleClaimSQL) Call(schedule string, firedAt time.Time, writer, membe
 }
 
 // ScheduleTakeDealtSQL claims the shares dealt to an instance.
-type ScheduleTakeDealtSQL struct{ text }
+type ScheduleTakeDealtSQL struct {
+	text
+	read text // where the claim returns nothing (MySQL): the read of what it claimed
+}
+
+// Returns says the claim returns the shares it claimed; where it does not
+// (MySQL), Read reads them once it ran.
+func (s ScheduleTakeDealtSQL) Returns() bool { return s.read.sql == "" }
+
+// Read reads the shares a Call with token claimed of moment firedAt of
+// schedule (see Returns).
+func (s ScheduleTakeDealtSQL) Read(token, schedule string, firedAt time.Time) Call {
+	return s.read.call(token, schedule, firedAt.UnixMilli())
+}
 
 // Call claims for holder, with token, until now+lease, the unclaimed shares
 // of moment firedAt of schedule dealt to holder.
@@ -85,7 +98,20 @@ func (s ScheduleOrphansSQL) Call(now time.Time, ttl time.Duration) Call {
 }
 
 // ScheduleTakeOverSQL claims a share whose lease ended.
-type ScheduleTakeOverSQL struct{ text }
+type ScheduleTakeOverSQL struct {
+	text
+	read text // as ScheduleTakeDealtSQL's
+}
+
+// Returns says the claim returns the share it claimed; where it does not
+// (MySQL), Read reads it once it ran.
+func (s ScheduleTakeOverSQL) Returns() bool { return s.read.sql == "" }
+
+// Read reads share worker of moment firedAt of schedule if a Call with
+// token claimed it (see Returns).
+func (s ScheduleTakeOverSQL) Read(token, schedule string, firedAt time.Time, worker int) Call {
+	return s.read.call(token, schedule, firedAt.UnixMilli(), worker)
+}
 
 // Call claims for holder, with token, until now+lease, share worker of
 // moment firedAt of schedule, if its lease still ended at or before now.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sqlinbox/sqlinbox/claim/advisory"
 	"github.com/sqlinbox/sqlinbox/claim/rowlock"
@@ -62,20 +63,29 @@ func killHolder(t *testing.T, db *sql.DB, f claim.Form, table string, id int64) 
 			holders = append(holders, h.Int64)
 		}
 	case rowlock.Form:
-		rows, err := db.Query(`SELECT p.id FROM information_schema.innodb_trx x
-			JOIN information_schema.processlist p ON p.id = x.trx_mysql_thread_id
-			WHERE p.db = DATABASE() AND p.id <> CONNECTION_ID()`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var h int64
-			if err := rows.Scan(&h); err != nil {
+		// The holder's transaction stays open with the row locked; a claim
+		// in flight on another connection may have one open for a moment,
+		// so look again until one is left.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			holders = holders[:0]
+			rows, err := db.Query(`SELECT p.id FROM information_schema.innodb_trx x
+				JOIN information_schema.processlist p ON p.id = x.trx_mysql_thread_id
+				WHERE p.db = DATABASE() AND p.id <> CONNECTION_ID() AND x.trx_rows_locked > 0`)
+			if err != nil {
 				t.Fatal(err)
 			}
-			holders = append(holders, h)
+			for rows.Next() {
+				var h int64
+				if err := rows.Scan(&h); err != nil {
+					t.Fatal(err)
+				}
+				holders = append(holders, h)
+			}
+			rows.Close()
+			if len(holders) == 1 || time.Now().After(deadline) {
+				break
+			}
 		}
-		rows.Close()
 	}
 	if len(holders) != 1 {
 		t.Fatalf("found %d sessions holding row %d of %s in the %s form, want 1", len(holders), id, table, f.Name())

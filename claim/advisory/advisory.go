@@ -56,20 +56,12 @@ func (form) Supports(d *dialect.Dialect) error {
 	if err := claim.SessionLocksOnly("advisory", "rows with advisory locks (pg_try_advisory_lock, GET_LOCK) on a pinned session", d); err != nil {
 		return err
 	}
-	if d.Kind == dialect.MySQL && !d.Returns() {
+	if s := d.Server(); d.Kind == dialect.MySQL && s != nil && !s.MariaDB {
 		// Its acks delete with DELETE ... RETURNING, which MariaDB has and
-		// MySQL 8 has not (nor a server not probed yet).
-		return fmt.Errorf("the advisory form needs MariaDB 10.6+ on a MySQL-protocol server (its acks use DELETE ... RETURNING); %s cannot serve it: use lease.Form or rowlock.Form", serverName(d))
+		// MySQL 8 has not.
+		return fmt.Errorf("the advisory form needs MariaDB 10.6+ on a MySQL-protocol server (its acks use DELETE ... RETURNING); MySQL %s cannot serve it: use lease.Form or rowlock.Form", s.Version)
 	}
 	return nil
-}
-
-// serverName names d's server for an error.
-func serverName(d *dialect.Dialect) string {
-	if s := d.Server(); s != nil {
-		return "MySQL " + s.Version
-	}
-	return "a server not yet identified"
 }
 
 // HoldsSession marks a form whose holds live in the server session: a

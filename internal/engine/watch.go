@@ -161,8 +161,16 @@ func (w *watch) extend(j *contract.Job, sent time.Time, done chan struct{}) {
 	timedOut := w.deadline.IsZero()
 	now := w.e.cfg.Clock.Now()
 	switch {
-	case w.handled || w.lost:
-		return // the handler is done or told: the outcome decides
+	case w.lost:
+		return // the handler is told: the outcome decides
+	case w.handled:
+		// The handler returned meanwhile: no more extensions, but a lease
+		// written moves the row's end, until which a settlement that fails
+		// with the database is sent again (leaseEnds).
+		if err == nil {
+			w.expires = sent.Add(w.e.cfg.Lease)
+		}
+		return
 	case errors.Is(err, contract.ErrLost):
 		w.loseLease("lease lost while the handler ran", err)
 	case err != nil && !now.Before(w.expires):

@@ -336,3 +336,68 @@ func TestLateHoldLostOfAnEarlierJobLeavesTheNextAlone(t *testing.T) {
 	}
 	w.finish()
 }
+
+// stopSignalClock is a fake clock whose timers tell stopped when stopped.
+type stopSignalClock struct {
+	*clock.Fake
+	stopped chan struct{}
+}
+
+func (c stopSignalClock) NewTimer(d time.Duration) clock.Timer {
+	return stopSignalTimer{c.Fake.NewTimer(d), c.stopped}
+}
+
+type stopSignalTimer struct {
+	clock.Timer
+	stopped chan struct{}
+}
+
+func (t stopSignalTimer) Stop() bool {
+	pending := t.Timer.Stop()
+	signal(t.stopped)
+	return pending
+}
+
+// An extension that lands after its handler returned moves the lease's
+// end: the handling's holdEnds, until which a settlement that fails with
+// the database is sent again, is the new lease's, not the one it replaced
+// (else the settlement is given up two thirds of a lease early, and the
+// row handled again after an outage shorter than its lease).
+func TestExtensionLandingAfterTheHandlerMovesTheLeaseEnd(t *testing.T) {
+	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := stopSignalClock{Fake: fake, stopped: make(chan struct{}, 1)}
+	stub := stalledExtend{started: make(chan struct{}), release: make(chan struct{})}
+	returned := make(chan struct{})
+	e := testEngine(clk, opts{lease: 9 * time.Second}, func(context.Context, *contract.Job) error {
+		<-returned
+		return nil
+	})
+	start := fake.Now()
+	j := &contract.Job{ID: 7, Lease: start.Add(9 * time.Second), Settler: stub}
+	result := make(chan handling, 1)
+	go func() { result <- e.work(context.Background(), e.newWatch(), j, start) }()
+	waitNext(t, fake, start.Add(6*time.Second), "the extension's time")
+	fake.Advance(6 * time.Second) // the extension is sent, and stalls
+	<-stub.started
+	waitNext(t, fake, start.Add(9*time.Second), "the lease's end, with the extension in flight")
+	select {
+	case <-clk.stopped: // a stop before the handler returned is not the one awaited
+	default:
+	}
+	close(returned)
+	// The handler returned: its watch stops its timer (a fake clock's), then
+	// waits for the extension in flight.
+	select {
+	case <-clk.stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the watch's timer was not stopped within 30s of the handler's return")
+	}
+	close(stub.release) // the extension lands
+	h := <-result
+	if want := start.Add(6*time.Second + 9*time.Second); !h.holdEnds.Equal(want) {
+		t.Fatalf("the lease ends at %v after an extension sent at %v landed; want %v (the extended lease's end)", h.holdEnds, start.Add(6*time.Second), want)
+	}
+	if h.lost {
+		t.Fatal("a handling whose extension landed is reported lost")
+	}
+}

@@ -63,6 +63,12 @@ func (p *Proxy) serve() {
 			continue
 		}
 		p.mu.Lock()
+		if p.down { // cut while it dialed: Cut did not see it
+			p.mu.Unlock()
+			c.Close()
+			s.Close()
+			continue
+		}
 		p.conns[c], p.conns[s] = true, true
 		p.mu.Unlock()
 		go p.pipe(c, s)

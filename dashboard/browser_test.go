@@ -458,8 +458,11 @@ func TestBrowserSchedulePlacement(t *testing.T) {
 // shows the error in full; once the handler is fixed, Unpark on that page
 // gets it handled, and the queue has no parked row left. The screenshots
 // of that section come from here.
+// It runs on SQLite alone: TestBrowser unparks on every database, and a
+// browser less keeps the package's run short.
 func TestBrowserFailedJob(t *testing.T) {
-	eachDB(t, func(t *testing.T, dbURL string) {
+	t.Run("sqlite", func(t *testing.T) {
+		dbURL := inboxtest.SQLite(t)
 		s := newSite(t, dbURL, dashboard.Refresh(liveRefresh))
 		for i := range 6 {
 			s.publish(fmt.Sprintf(`{"invoice": %d}`, 1000+i))

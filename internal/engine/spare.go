@@ -18,9 +18,15 @@ import (
 // does, not one per few rows.
 const claimBatch = 100
 
-// spareFactor bounds a claim's rows to this many a worker, so the rows (and
-// payloads) a process holds still follow its workers, not the backlog.
+// spareFactor bounds a claim's rows to this many a worker while its round
+// trip is short, so the rows (and payloads) a process holds still follow
+// its workers, not the backlog.
 const spareFactor = 4
+
+// farFactor bounds them where the round trip is long: a claim then has to
+// bring the rows its workers handle until the next one is back, and at four
+// a worker a subscription of 100 waited on its claims at 1 ms and beyond.
+const farFactor = 10
 
 // maxBatch bounds a claim's rows however long its round trip (the lease
 // claim's own bound is the same, dialect.MaxClaim).
@@ -28,12 +34,14 @@ const maxBatch = 1000
 
 // batchRows is the most rows a claim of a subscription of n workers takes
 // in all under a backlog, spare rows included, when its workers handle
-// trip rows during a claim's round trip: claimBatch, or twice trip where
-// the database is far, so the rows a claim brings last through the next
-// claim's round trip (sent when they run low: prefetch); within spareFactor
-// a worker and maxBatch.
+// trip rows during a claim's round trip: claimBatch (within spareFactor a
+// worker), or twice trip where the database is far, so the rows a claim
+// brings last through the next claim's round trip (sent when they run low:
+// prefetch), within farFactor a worker and maxBatch.
 func batchRows(n int, trip float64) int {
-	return min(spareFactor*n, maxBatch, max(claimBatch, int(2*trip)))
+	near := min(spareFactor*n, claimBatch)
+	far := min(farFactor*n, maxBatch, int(2*trip))
+	return max(near, far)
 }
 
 // spareWait bounds how long spare rows wait for a worker: a claim takes no

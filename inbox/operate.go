@@ -138,7 +138,12 @@ func (o *Operator) State(ctx context.Context, ref QueueRef) (QueueState, error) 
 	if err != nil {
 		return QueueState{}, err
 	}
-	f := o.filter(ref)
+	return o.countStates(ctx, ref, t, o.filter(ref), "rows")
+}
+
+// countStates counts, by state, the rows of ref's table f picks (over at
+// most CountLimit rows in id order); what names them in an error.
+func (o *Operator) countStates(ctx context.Context, ref QueueRef, t dialect.AdminTable, f dialect.AdminFilter, what string) (QueueState, error) {
 	count, err := o.b.d.CountStates(t, f)
 	if err != nil {
 		return QueueState{}, fmt.Errorf("inbox: table %q: %w", ref.Table, err)
@@ -152,7 +157,7 @@ func (o *Operator) State(ctx context.Context, ref QueueRef) (QueueState, error) 
 	var oldest any
 	var scanned int64
 	if err := o.b.db.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&st.Available, &st.Held, &st.Delayed, &st.Parked, &oldest, &scanned); err != nil {
-		return QueueState{}, fmt.Errorf("inbox: count rows of %q: %w", ref.Table, err)
+		return QueueState{}, fmt.Errorf("inbox: count %s of %q: %w", what, ref.Table, err)
 	}
 	st.Capped = scanned >= int64(limit)
 	if at, ok, err := t.Times.Decode(oldest); err == nil && ok {

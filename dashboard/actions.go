@@ -35,17 +35,7 @@ type confirmView struct {
 }
 
 func (h *Handler) action(w http.ResponseWriter, r *http.Request) {
-	if h.cfg.ReadOnly {
-		http.Error(w, "dashboard: read-only", http.StatusForbidden)
-		return
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, "dashboard: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	if why := checkCSRF(r); why != "" {
-		http.Error(w, "dashboard: "+why, http.StatusForbidden)
+	if !h.acceptChange(w, r) {
 		return
 	}
 	ctx := r.Context()
@@ -170,4 +160,24 @@ func (h *Handler) findOrFail(w http.ResponseWriter, table, group string, r *http
 		return q, false
 	}
 	return q, true
+}
+
+// acceptChange admits a request that changes something: refused in
+// read-only mode, its form parsed (1 MB at most) and its CSRF checked; on
+// false it has answered the request.
+func (h *Handler) acceptChange(w http.ResponseWriter, r *http.Request) bool {
+	if h.cfg.ReadOnly {
+		http.Error(w, "dashboard: read-only", http.StatusForbidden)
+		return false
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "dashboard: "+err.Error(), http.StatusBadRequest)
+		return false
+	}
+	if why := checkCSRF(r); why != "" {
+		http.Error(w, "dashboard: "+why, http.StatusForbidden)
+		return false
+	}
+	return true
 }

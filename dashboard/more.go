@@ -38,17 +38,7 @@ func (h *Handler) schedules(w http.ResponseWriter, r *http.Request) {
 // schedule.ResetPlacement) for the schedules page: a schedule the tables
 // know, with the page's CSRF token, never in read-only mode.
 func (h *Handler) placement(w http.ResponseWriter, r *http.Request) {
-	if h.cfg.ReadOnly {
-		http.Error(w, "dashboard: read-only", http.StatusForbidden)
-		return
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, "dashboard: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	if why := checkCSRF(r); why != "" {
-		http.Error(w, "dashboard: "+why, http.StatusForbidden)
+	if !h.acceptChange(w, r) {
 		return
 	}
 	ctx := r.Context()

@@ -17,9 +17,13 @@ const (
 	// HeartbeatEvery and HeartbeatTTL: four heartbeats.
 	DefaultHeartbeatTTL = 4 * DefaultHeartbeat
 	// MomentRetention is how many HeartbeatTTLs a moment's row is kept
-	// after it fired. An instance reaching a moment more than a
-	// HeartbeatTTL late skips it, so it never needs a pruned row.
+	// after it fired and was written. An instance reaching a moment more
+	// than a HeartbeatTTL late skips it (or, with CatchUp, fires only the
+	// moments after the latest row), so it never needs a pruned row. Each
+	// schedule's latest moment is kept however old: CatchUp counts from it.
 	MomentRetention = 10
+	// MaxCatchUp is the most moments CatchUp may run after an outage.
+	MaxCatchUp = 1000
 )
 
 // Option configures New. A value out of its bound makes New fail with an
@@ -148,6 +152,37 @@ func Workers(n int) AddOption {
 			return fmt.Errorf("Workers(%d) is for EveryWorker schedules; an EveryInstance schedule has one run per instance", n)
 		}
 		e.workers = n
+		return nil
+	}
+}
+
+// CatchUp runs the moments every instance missed, such as while all were
+// stopped or the database was unreachable: when the first instance comes
+// back (at Start, or at the first moment it writes again), each moment
+// after the latest one any instance wrote, within window before now, is run
+// once, oldest first, each with its own FiredAt (computed from the spec,
+// not the time it runs) and its shares dealt among the instances live then,
+// as a moment on time is. At most most moments run, the latest: an outage
+// of a day on Every(time.Second) with CatchUp(24*time.Hour, 10) runs the
+// last ten seconds' moments, and logs (Warn) the span it left out.
+// Instances that come back at once still run each moment once: the first to
+// write a moment's row deals it.
+//
+// A moment counts as missed only after the latest moment written; a
+// schedule that never ran has missed none. With SkipWhileBusy, each missed
+// moment waits for this instance's runs of the one before it, so they run
+// one after another; otherwise they run side by side, as late moments do.
+// Default: missed moments are not run. Bound: window above zero, most from
+// 1 to MaxCatchUp.
+func CatchUp(window time.Duration, most int) AddOption {
+	return func(e *entry) error {
+		switch {
+		case window <= 0:
+			return fmt.Errorf("CatchUp(%v, %d): the window must be above zero; leave the option out to run no missed moment", window, most)
+		case most < 1 || most > MaxCatchUp:
+			return fmt.Errorf("CatchUp(%v, %d): most must be from 1 to %d (MaxCatchUp)", window, most, MaxCatchUp)
+		}
+		e.catchUp = catchUp{window: window, most: most}
 		return nil
 	}
 }

@@ -20,9 +20,9 @@ type member struct {
 	Runners  int    `json:"runners"`
 }
 
-// maxCatchUp bounds how many missed moments a late loop steps over to find
-// the latest passed one before it gives up and waits for the next.
-const maxCatchUp = 10000
+// maxLateSteps bounds how many missed moments a late loop steps over to
+// find the latest passed one before it gives up and waits for the next.
+const maxLateSteps = 10000
 
 // Start takes this instance's name and writes its heartbeats for every
 // schedule, so that a moment that comes after Start returns includes this
@@ -51,6 +51,9 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		}
 		return fmt.Errorf("schedule: instance %q: register heartbeats (did migrations.ApplySchedules run?): %w", s.name, err)
 	}
+	// Moments written from here on may count this instance in: a catch-up
+	// fires them again, to claim its shares at once (catchup.go).
+	s.started = s.clk.Now()
 	if err := s.beatOnce(ctx); err != nil {
 		return fmt.Errorf("schedule: instance %q: register heartbeats (did migrations.ApplySchedules run?): %w", s.name, err)
 	}
@@ -220,7 +223,7 @@ func (s *Scheduler) heartbeats(ctx context.Context) {
 		if _, err := s.exec(bctx, s.sql.PruneMoments.Call(now, keep)); err != nil {
 			s.log.Warn("schedule: prune old moments failed", "instance", s.name, "error", err)
 		}
-		if _, err := s.exec(bctx, s.sql.PruneShares.Call(now.Add(keep))); err != nil {
+		if _, err := s.exec(bctx, s.sql.PruneShares.Call(now, keep)); err != nil {
 			s.log.Warn("schedule: prune old shares failed", "instance", s.name, "error", err)
 		}
 		if _, err := s.exec(bctx, s.sql.PruneBeats.Call(now, keep)); err != nil {
@@ -233,10 +236,18 @@ func (s *Scheduler) heartbeats(ctx context.Context) {
 	}
 }
 
-// loop waits for each moment of e and fires it.
+// loop waits for each moment of e and fires it. A schedule with CatchUp
+// first runs the moments every instance missed before this one started,
+// and catches up again after a moment it could not write or reached too
+// late (catchup.go).
 func (s *Scheduler) loop(ctx context.Context, e *entry) {
 	defer s.loops.Done()
-	m := e.moments.next(s.clk.Now())
+	now := s.clk.Now()
+	m := e.moments.next(now)
+	behind := false
+	if e.catchUp.window > 0 {
+		behind = s.catchUp(ctx, e, now, s.started, time.Time{}) != nil
+	}
 	for !m.IsZero() {
 		if clock.Sleep(ctx, s.clk, m.Sub(s.clk.Now())) != nil {
 			return
@@ -244,7 +255,7 @@ func (s *Scheduler) loop(ctx context.Context, e *entry) {
 		now := s.clk.Now()
 		// A loop that fell behind runs only the latest passed moment.
 		caught := false
-		for range maxCatchUp {
+		for range maxLateSteps {
 			n := e.moments.next(m)
 			if n.IsZero() || n.After(now) {
 				caught = true
@@ -253,6 +264,13 @@ func (s *Scheduler) loop(ctx context.Context, e *entry) {
 			m = n
 		}
 		switch {
+		case e.catchUp.window > 0 && (behind || !caught || now.Sub(m) > s.ttl):
+			if !caught {
+				m = time.Time{}
+			}
+			behind = s.catchUp(ctx, e, now, now, m) != nil
+			m = e.moments.next(now)
+			continue
 		case !caught:
 			s.log.Warn("schedule: fell far behind; skipping to the next moment",
 				"schedule", e.name, "instance", s.name, "fired_at", m)
@@ -265,6 +283,7 @@ func (s *Scheduler) loop(ctx context.Context, e *entry) {
 				"schedule", e.name, "instance", s.name, "fired_at", m, "late", now.Sub(m))
 		default:
 			if err := s.fire(ctx, e, m); err != nil {
+				behind = true
 				s.log.Error("schedule: moment not run", "schedule", e.name, "instance", s.name, "fired_at", m, "error", err)
 			}
 		}
@@ -335,7 +354,7 @@ func (s *Scheduler) deal(ctx context.Context, e *entry, at time.Time, placement 
 		return fmt.Errorf("write moment: %w", err)
 	}
 	defer tx.Rollback()
-	q := s.sql.Claim.Call(e.name, at, s.name, string(text))
+	q := s.sql.Claim.Call(e.name, at, s.name, string(text), s.clk.Now())
 	res, err := tx.ExecContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return fmt.Errorf("write moment: %w", err)

@@ -162,8 +162,9 @@ type Scheduler struct {
 	byName  map[string]*entry
 	state   int // 0 new, 1 started, 2 stopped
 
-	token string        // this scheduler's hold on its instance name
-	lease time.Duration // a share's lease: Heartbeat
+	token   string        // this scheduler's hold on its instance name
+	started time.Time     // when Start wrote this instance's heartbeats
+	lease   time.Duration // a share's lease: Heartbeat
 
 	stopLoops context.CancelFunc // ends the heartbeat, sweep and moment loops
 	stopRuns  context.CancelFunc // ends the handlers' contexts
@@ -188,6 +189,10 @@ type entry struct {
 	loc       *time.Location // FiredAt's zone
 	running   atomic.Int64   // runs in flight on this instance
 	tally     tally          // runs and failures, told in the heartbeat
+	catchUp   catchUp        // zero: missed moments are not run
+
+	idleMu sync.Mutex
+	idle   chan struct{} // closed when running drops to zero (waitIdle)
 }
 
 // current is e's placement as its latest moment here ran it: an operator's

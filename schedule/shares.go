@@ -65,7 +65,7 @@ func (s *Scheduler) start(e *entry, r Run, token string) {
 	e.running.Add(1)
 	go func() {
 		defer s.runs.Done()
-		defer e.running.Add(-1)
+		defer e.ended()
 		err := s.call(ctx, e, r)
 		e.tally.add(err, s.clk.Now())
 		s.heldMu.Lock()

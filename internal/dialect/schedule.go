@@ -52,6 +52,9 @@ type ScheduleSQL struct {
 	// Claim writes the row of a moment unless one exists. One affected row
 	// means this insert won.
 	Claim ScheduleClaimSQL
+	// Last reads the latest moment of a schedule whose row was written
+	// before a time: where a schedule that catches up counts from.
+	Last ScheduleLastSQL
 	// TakeDealt claims the shares of a moment dealt to an instance that
 	// nobody claimed yet. It returns each share's place.
 	TakeDealt ScheduleTakeDealtSQL
@@ -73,10 +76,14 @@ type ScheduleSQL struct {
 	// Skip deletes the shares of a moment dealt to an instance that nobody
 	// claimed: that instance skips the moment.
 	Skip ScheduleSkipSQL
-	// PruneMoments deletes moments, PruneBeats heartbeats that expired and
-	// PruneHolds instance holds that expired, before now plus an offset.
+	// PruneMoments deletes the moments fired and written before now plus
+	// an offset, but never a schedule's latest: a schedule that catches up
+	// counts from it. PruneBeats deletes heartbeats and PruneHolds instance
+	// holds that expired before now plus an offset.
 	PruneMoments, PruneBeats, PruneHolds SchedulePruneSQL
-	// PruneShares deletes the shares of moments before a time.
+	// PruneShares deletes the shares of moments before a time whose lease
+	// ended before now plus an offset (a done share's lease is DoneLease):
+	// a share of an old moment caught up late lives while it runs.
 	PruneShares SchedulePruneSharesSQL
 }
 
@@ -107,7 +114,9 @@ WHERE ` + in + `.token = excluded.token OR ` + in + `.expires_at <= ` + t.At(4))
 		Leave:     ScheduleInstanceSQL{x(`DELETE FROM ` + hb + ` WHERE instance = $1`)},
 		Unhold:    ScheduleUnholdSQL{x(`DELETE FROM ` + in + ` WHERE instance = $1 AND token = $2`)},
 		Members:   ScheduleMembersSQL{x(`SELECT instance, runners FROM ` + hb + ` WHERE schedule = $1 AND expires_at > ` + t.At(2))},
-		Claim:     ScheduleClaimSQL{x(`INSERT INTO ` + mo + ` (schedule, fired_at, writer, members) VALUES ($1, $2, $3, $4) ON CONFLICT (schedule, fired_at) DO NOTHING`)},
+		Claim: ScheduleClaimSQL{x(`INSERT INTO ` + mo + ` (schedule, fired_at, writer, members, created_at) VALUES ($1, $2, $3, $4, ` + t.At(5) + `)
+ON CONFLICT (schedule, fired_at) DO NOTHING`)},
+		Last: ScheduleLastSQL{x(`SELECT MAX(fired_at) FROM ` + mo + ` WHERE schedule = $1 AND created_at < ` + t.At(2))},
 		TakeDealt: ScheduleTakeDealtSQL{text: x(`UPDATE ` + sh + ` SET holder = $1, token = $2, locked_until = ` + t.At(3) + `
 WHERE schedule = $4 AND moment = $5 AND dealt_to = $1 AND holder IS NULL RETURNING ` + shareCols)},
 		Orphans: ScheduleOrphansSQL{x(`SELECT schedule, moment, worker FROM ` + sh + ` WHERE locked_until <= ` + t.At(1) + ` AND locked_until > ` + t.At(2))},
@@ -116,12 +125,13 @@ WHERE schedule = $4 AND moment = $5 AND worker = $6 AND locked_until <= ` + t.At
 		Renew: ScheduleRenewSQL{x(`UPDATE ` + sh + ` SET locked_until = ` + t.At(1) + ` WHERE schedule = $2 AND moment = $3 AND worker = $4 AND token = $5`)},
 		Finish: ScheduleFinishSQL{x(`UPDATE ` + sh + ` SET done_at = ` + t.At(1) + `, error = $2, token = NULL, locked_until = $7
 WHERE schedule = $3 AND moment = $4 AND worker = $5 AND token = $6`)},
-		Release:      ScheduleReleaseSQL{x(`UPDATE ` + sh + ` SET locked_until = ` + t.At(1) + `, token = NULL WHERE schedule = $2 AND moment = $3 AND worker = $4 AND token = $5`)},
-		Skip:         ScheduleSkipSQL{x(`DELETE FROM ` + sh + ` WHERE schedule = $1 AND moment = $2 AND dealt_to = $3 AND holder IS NULL`)},
-		PruneMoments: SchedulePruneSQL{x(`DELETE FROM ` + mo + ` WHERE fired_at < ` + t.At(1))},
-		PruneShares:  SchedulePruneSharesSQL{x(`DELETE FROM ` + sh + ` WHERE moment < $1`)},
-		PruneBeats:   SchedulePruneSQL{x(`DELETE FROM ` + hb + ` WHERE expires_at < ` + t.At(1))},
-		PruneHolds:   SchedulePruneSQL{x(`DELETE FROM ` + in + ` WHERE expires_at < ` + t.At(1))},
+		Release: ScheduleReleaseSQL{x(`UPDATE ` + sh + ` SET locked_until = ` + t.At(1) + `, token = NULL WHERE schedule = $2 AND moment = $3 AND worker = $4 AND token = $5`)},
+		Skip:    ScheduleSkipSQL{x(`DELETE FROM ` + sh + ` WHERE schedule = $1 AND moment = $2 AND dealt_to = $3 AND holder IS NULL`)},
+		PruneMoments: SchedulePruneSQL{x(`DELETE FROM ` + mo + ` WHERE fired_at < ` + t.At(1) + ` AND created_at < ` + t.At(1) + `
+AND EXISTS (SELECT 1 FROM ` + mo + ` later WHERE later.schedule = ` + mo + `.schedule AND later.fired_at > ` + mo + `.fired_at)`)},
+		PruneShares: SchedulePruneSharesSQL{x(`DELETE FROM ` + sh + ` WHERE moment < $1 AND locked_until < ` + t.At(2))},
+		PruneBeats:  SchedulePruneSQL{x(`DELETE FROM ` + hb + ` WHERE expires_at < ` + t.At(1))},
+		PruneHolds:  SchedulePruneSQL{x(`DELETE FROM ` + in + ` WHERE expires_at < ` + t.At(1))},
 	}
 	if d.Kind == MySQL {
 		d.mysqlSchedule(&s, t)

@@ -60,10 +60,19 @@ func (s ScheduleMembersSQL) Call(schedule string, now time.Time) Call {
 // ScheduleClaimSQL writes the row of a moment (see ScheduleSQL.Claim).
 type ScheduleClaimSQL struct{ text }
 
-// Call writes moment firedAt of schedule, by writer, with the membership it
-// saw as JSON.
-func (s ScheduleClaimSQL) Call(schedule string, firedAt time.Time, writer, membersJSON string) Call {
-	return s.call(schedule, s.tm.Encode(firedAt), writer, membersJSON)
+// Call writes moment firedAt of schedule, by writer at now, with the
+// membership it saw as JSON.
+func (s ScheduleClaimSQL) Call(schedule string, firedAt time.Time, writer, membersJSON string, now time.Time) Call {
+	return s.call(schedule, s.tm.Encode(firedAt), writer, membersJSON, s.tm.Arg(now, 0))
+}
+
+// ScheduleLastSQL reads a schedule's latest moment (see ScheduleSQL.Last).
+type ScheduleLastSQL struct{ text }
+
+// Call reads the latest moment of schedule whose row was written before
+// before; it is NULL when there is none.
+func (s ScheduleLastSQL) Call(schedule string, before time.Time) Call {
+	return s.call(schedule, s.tm.Arg(before, 0))
 }
 
 // ScheduleTakeDealtSQL claims the shares dealt to an instance.
@@ -170,5 +179,8 @@ func (s SchedulePruneSQL) Call(now time.Time, offset time.Duration) Call {
 // SchedulePruneSharesSQL deletes the shares of old moments.
 type SchedulePruneSharesSQL struct{ text }
 
-// Call deletes the shares of moments before before.
-func (s SchedulePruneSharesSQL) Call(before time.Time) Call { return s.call(before.UnixMilli()) }
+// Call deletes the shares of moments before now+offset whose lease ended
+// before then (offset is negative).
+func (s SchedulePruneSharesSQL) Call(now time.Time, offset time.Duration) Call {
+	return s.call(now.Add(offset).UnixMilli(), s.tm.Arg(now, offset))
+}

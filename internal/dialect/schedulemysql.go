@@ -17,7 +17,13 @@ next_at = VALUES(next_at), runs = VALUES(runs), failures = VALUES(failures), las
 	// refused renewal of another's name as well.
 	s.Hold = ScheduleHoldSQL{x(`UPDATE ` + in + ` SET token = $2, expires_at = ` + t.At(3) + ` WHERE instance = $1 AND (token = $2 OR expires_at <= ` + t.At(4) + `)`)}
 	s.HoldNew = ScheduleHoldSQL{x(`INSERT IGNORE INTO ` + in + ` (instance, token, expires_at) VALUES ($1, $2, ` + t.At(3) + `)`)}
-	s.Claim = ScheduleClaimSQL{x(`INSERT IGNORE INTO ` + mo + ` (schedule, fired_at, writer, members) VALUES ($1, $2, $3, $4)`)}
+	s.Claim = ScheduleClaimSQL{x(`INSERT IGNORE INTO ` + mo + ` (schedule, fired_at, writer, members, created_at) VALUES ($1, $2, $3, $4, ` + t.At(5) + `)`)}
+	// A DELETE may not read its own table in a subquery there: the latest
+	// moment of each schedule comes from a derived table, which an
+	// aggregate keeps from being merged into the DELETE.
+	s.PruneMoments = SchedulePruneSQL{x(`DELETE m FROM ` + mo + ` m
+JOIN (SELECT schedule, MAX(fired_at) AS latest FROM ` + mo + ` GROUP BY schedule) l ON l.schedule = m.schedule
+WHERE m.fired_at < ` + t.At(1) + ` AND m.created_at < ` + t.At(1) + ` AND m.fired_at < l.latest`)}
 	s.TakeDealt = ScheduleTakeDealtSQL{
 		text: x(`UPDATE ` + sh + ` SET holder = $1, token = $2, locked_until = ` + t.At(3) + `
 WHERE schedule = $4 AND moment = $5 AND dealt_to = $1 AND holder IS NULL`),

@@ -1,0 +1,265 @@
+package schedule_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/schedule"
+)
+
+// byMoment groups runs by FiredAt (Unix milliseconds).
+func byMoment(runs []schedule.Run) map[int64][]schedule.Run {
+	out := map[int64][]schedule.Run{}
+	for _, r := range runs {
+		out[r.FiredAt.UnixMilli()] = append(out[r.FiredAt.UnixMilli()], r)
+	}
+	return out
+}
+
+// dealtOnce fails unless the runs of moment at are its shares 0..Workers-1,
+// each once, all agreeing on Workers and Instances.
+func dealtOnce(t *testing.T, at time.Time, runs []schedule.Run) {
+	t.Helper()
+	if len(runs) == 0 {
+		t.Errorf("moment %v: no run", at)
+		return
+	}
+	if got, want := workersOf(runs), seq(0, runs[0].Workers-1); !slices.Equal(got, want) {
+		t.Errorf("moment %v: workers %v, want %v each once", at, got, want)
+	}
+	for _, r := range runs {
+		if r.Workers != runs[0].Workers || r.Instances != runs[0].Instances || !r.FiredAt.Equal(at) {
+			t.Errorf("moment %v: run %+v disagrees with %+v", at, r, runs[0])
+		}
+	}
+}
+
+// Every instance stops for five moments, then one starts: each missed
+// moment runs once there, with its own FiredAt and its shares dealt as a
+// moment on time is, then the schedule goes on; for every placement.
+func TestCatchUpRunsEachMissedMomentOnce(t *testing.T) {
+	for _, p := range []schedule.Placement{schedule.One, schedule.EveryInstance, schedule.EveryWorker} {
+		t.Run(p.String(), func(t *testing.T) {
+			eachDatabase(t, func(t *testing.T, open opener) {
+				c := newCluster(t, open)
+				add := func(s *schedule.Scheduler) error {
+					return s.Add("pack", schedule.Every(interval), p, c.record, schedule.CatchUp(time.Hour, 100))
+				}
+				perInstance := map[schedule.Placement]int{schedule.One: 0, schedule.EveryInstance: 1, schedule.EveryWorker: 2}[p]
+				shares := func(instances int) int { return max(1, instances*perInstance) }
+				c.start("a", 2, add)
+				c.start("b", 2, add)
+				for range 2 {
+					c.moment()
+					c.collect(shares(2))
+				}
+				c.stop("a")
+				c.stop("b")
+				last := c.clk.Now()
+				c.clk.Advance(5 * interval) // every instance away for five moments
+				c.start("a", 2, add)
+				c.armed() // the catch-up is fired: the loop waits for the next moment
+				runs := byMoment(c.collect(5 * shares(1)))
+				for k := 1; k <= 5; k++ {
+					at := last.Add(time.Duration(k) * interval)
+					dealtOnce(t, at, runs[at.UnixMilli()])
+					for _, r := range runs[at.UnixMilli()] {
+						if r.Instances != 1 || r.InstanceName != "a" {
+							t.Errorf("moment %v: run %+v, want it dealt to a alone", at, r)
+						}
+					}
+				}
+				if len(runs) != 5 {
+					t.Errorf("caught up %d moments, want the 5 missed", len(runs))
+				}
+				at := c.moment()
+				dealtOnce(t, at, c.collect(shares(1)))
+				if extra := c.stopAll(); len(extra) > 0 {
+					t.Fatalf("runs beyond the moments: %+v\n%s", extra, c.log)
+				}
+			})
+		})
+	}
+}
+
+// Two instances come back at once after five moments away: each missed
+// moment still runs once per share, the insert of its row deciding who
+// deals it.
+func TestCatchUpByTwoInstancesAtOnce(t *testing.T) {
+	for _, p := range []schedule.Placement{schedule.One, schedule.EveryWorker} {
+		t.Run(p.String(), func(t *testing.T) {
+			eachDatabase(t, func(t *testing.T, open opener) {
+				c := newCluster(t, open)
+				add := func(s *schedule.Scheduler) error {
+					return s.Add("pack", schedule.Every(interval), p, c.record, schedule.CatchUp(time.Hour, 100))
+				}
+				per := 1
+				if p == schedule.EveryWorker {
+					per = 4 // two instances of two workers
+				}
+				c.start("a", 2, add)
+				c.start("b", 2, add)
+				c.moment()
+				c.collect(per)
+				c.stop("a")
+				c.stop("b")
+				last := c.clk.Now()
+				c.clk.Advance(5 * interval)
+				c.start("a", 2, add)
+				c.start("b", 2, add)
+				c.armed()
+				// A share dealt to an instance whose catch-up had read past
+				// its moment is run by a sweep once its reservation ends.
+				for range 3 {
+					c.moment()
+				}
+				c.armed() // the last moment is fired everywhere
+				runs := byMoment(c.stopAll())
+				for k := 1; k <= 8; k++ {
+					at := last.Add(time.Duration(k) * interval)
+					dealtOnce(t, at, runs[at.UnixMilli()])
+				}
+				if len(runs) != 8 {
+					t.Errorf("%d moments ran, want 5 caught up and 3 on time", len(runs))
+				}
+			})
+		})
+	}
+}
+
+// The window and the count bound a catch-up: of five missed moments, a
+// window of two and a half intervals runs the last three, a count of two
+// the last two, and a schedule without CatchUp none. What is left out is
+// logged.
+func TestCatchUpWindowAndCount(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, open opener) {
+		c := newCluster(t, open)
+		add := func(s *schedule.Scheduler) error {
+			if err := s.Add("window", schedule.Every(interval), schedule.One, c.record, schedule.CatchUp(5*interval/2, 100)); err != nil {
+				return err
+			}
+			if err := s.Add("count", schedule.Every(interval), schedule.One, c.record, schedule.CatchUp(time.Hour, 2)); err != nil {
+				return err
+			}
+			return s.Add("none", schedule.Every(interval), schedule.One, c.record)
+		}
+		c.start("a", 1, add)
+		c.timers += 2 // three schedules
+		c.moment()
+		c.collect(3)
+		c.stop("a")
+		c.timers -= 2
+		last := c.clk.Now()
+		c.clk.Advance(5 * interval)
+		c.start("a", 1, add)
+		c.timers += 2
+		c.armed()
+		got := map[string][]int{}
+		for _, r := range c.collect(5) {
+			got[r.Schedule] = append(got[r.Schedule], int(r.FiredAt.Sub(last)/interval))
+		}
+		for name, want := range map[string][]int{"window": {3, 4, 5}, "count": {4, 5}} {
+			slices.Sort(got[name])
+			if !slices.Equal(got[name], want) {
+				t.Errorf("%s caught up the moments %v after the last, want %v", name, got[name], want)
+			}
+		}
+		if extra := c.stopAll(); len(extra) > 0 {
+			t.Fatalf("runs beyond the bounds (none must not catch up): %+v", extra)
+		}
+		for _, name := range []string{"window", "count"} {
+			if !strings.Contains(c.log.String(), "are not run\" schedule="+name) {
+				t.Errorf("the moments %s left out are not logged:\n%s", name, c.log)
+			}
+		}
+	})
+}
+
+// An hourly schedule runs at 01:00, its instance lives on past the
+// moments' retention (the prune keeps a schedule's latest moment), stops,
+// and starts again five hours later: the five moments missed run, and the
+// share of the 02:00 moment, five hours old, keeps its lease while it runs
+// across heartbeats that prune old moments and shares. The rows of the
+// moments caught up outlive that prune, so no instance runs them again.
+func TestCatchUpOutlivesThePrune(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, open opener) {
+		c := newCluster(t, open)
+		release, lost := make(chan struct{}), make(chan error, 1)
+		var once sync.Once
+		free := func() { once.Do(func() { close(release) }) }
+		t.Cleanup(free)
+		slow := start.Add(2 * time.Hour)
+		add := func(s *schedule.Scheduler) error {
+			return s.Add("hourly", schedule.Every(time.Hour), schedule.One, func(ctx context.Context, r schedule.Run) error {
+				c.runs <- r
+				if r.FiredAt.Equal(slow) {
+					select {
+					case <-release:
+					case <-ctx.Done():
+						lost <- context.Cause(ctx)
+					}
+				}
+				return nil
+			}, schedule.CatchUp(24*time.Hour, 10))
+		}
+		c.start("a", 1, add)
+		for range 60 {
+			c.moment()
+		}
+		if r := c.collect(1)[0]; !r.FiredAt.Equal(start.Add(time.Hour)) {
+			t.Fatalf("run %+v, want 01:00", r)
+		}
+		for range 59 { // past MomentRetention (10 x 5 min) of heartbeats and prunes
+			c.moment()
+		}
+		c.stop("a")
+		c.clk.Advance(5 * time.Hour) // 06:59
+		c.start("a", 1, add)
+		c.armed()
+		runs := c.collect(5)
+		var hours []int
+		for _, r := range runs {
+			hours = append(hours, r.FiredAt.Hour())
+		}
+		slices.Sort(hours)
+		if !slices.Equal(hours, []int{2, 3, 4, 5, 6}) {
+			t.Fatalf("caught up the hours %v, want 2..6\n%s", hours, c.log)
+		}
+		for range 5 { // heartbeats prune, the 02:00 share is renewed
+			c.moment()
+		}
+		if r := c.collect(1)[0]; r.FiredAt.Hour() != 7 { // on time
+			t.Fatalf("run %+v, want 07:00", r)
+		}
+		select {
+		case err := <-lost:
+			t.Fatalf("the 02:00 share, caught up five hours late, was lost while it ran: %v\n%s", err, c.log)
+		default:
+		}
+		free()
+		st, err := schedule.Inspect(context.Background(), open(t), 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kept []int
+		for _, m := range st.Moments {
+			kept = append(kept, m.FiredAt.Hour())
+		}
+		slices.Sort(kept)
+		if !slices.Equal(kept, []int{2, 3, 4, 5, 6, 7}) {
+			t.Errorf("moments kept after the prune: hours %v, want 2..7 (01:00 pruned, the caught-up ones kept)", kept)
+		}
+		c.start("b", 1, add) // b finds the moments caught up: nothing to run
+		c.armed()
+		if extra := c.stopAll(); len(extra) > 0 {
+			t.Fatalf("moments run again: %+v\n%s", extra, c.log)
+		}
+		if n := strings.Count(c.log.String(), "catching up"); n != 1 {
+			t.Errorf("%d catch-ups logged, want 1 (a's)", n)
+		}
+	})
+}

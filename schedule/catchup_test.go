@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -260,6 +261,100 @@ func TestCatchUpOutlivesThePrune(t *testing.T) {
 		}
 		if n := strings.Count(c.log.String(), "catching up"); n != 1 {
 			t.Errorf("%d catch-ups logged, want 1 (a's)", n)
+		}
+	})
+}
+
+// Real processes: two instances run a schedule every second with CatchUp,
+// both are stopped (SIGTERM) for five moments and more, then one starts
+// again: each moment after the last one written runs once, its two shares
+// each once on the one instance, and the schedule goes on.
+func TestCatchUpAfterEveryInstanceStopped(t *testing.T) {
+	eachDatabaseURL(t, func(t *testing.T, url string) {
+		events := make(chan event, 10000)
+		a := startHelper(t, "a", url+" catchup", events)
+		b := startHelper(t, "b", url+" catchup", events)
+		next := func() event {
+			t.Helper()
+			select {
+			case e := <-events:
+				return e
+			case <-time.After(wait):
+				t.Fatalf("no run for %v", wait)
+			}
+			return event{}
+		}
+		for shared := 0; shared < 2; { // both in two moments
+			if e := next(); e.kind == "end" && e.workers == 4 && e.instance == "b" {
+				shared++
+			}
+		}
+		for _, p := range []*proc{a, b} {
+			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.cmd.Wait(); err != nil {
+				t.Fatalf("after SIGTERM: %v", err)
+			}
+		}
+		stopped := time.Now()
+		db := openURL(t, url)
+		st, err := schedule.Inspect(context.Background(), db, 1)
+		if err != nil || len(st.Moments) != 1 {
+			t.Fatalf("the latest moment: %v, %v", st.Moments, err)
+		}
+		last := st.Moments[0].FiredAt
+		time.Sleep(5*killInterval + killInterval/2) // every instance away: the point of the test
+		restarted := time.Now()
+		a = startHelper(t, "a", url+" catchup", events)
+		// Runs until two moments after the restart have ended on time.
+		var after []event
+		var caughtUp time.Duration
+		onTime := restarted.Add(2 * killInterval).UnixMilli()
+		for {
+			e := next()
+			if e.moment <= last.UnixMilli() {
+				continue // a late line of the instances stopped
+			}
+			after = append(after, e)
+			if e.kind == "end" && e.moment < restarted.UnixMilli() {
+				caughtUp = max(caughtUp, e.at.Sub(restarted))
+			}
+			if e.kind == "end" && e.moment >= onTime {
+				break
+			}
+		}
+		if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.cmd.Wait(); err != nil {
+			t.Fatalf("after SIGTERM: %v", err)
+		}
+		ends := map[int64][]int{}
+		for _, e := range after {
+			if e.kind == "end" {
+				ends[e.moment] = append(ends[e.moment], e.worker)
+			}
+			if e.kind != "cancel" && (e.workers != 2 || e.instance != "a") {
+				t.Errorf("run %+v, want one of 2 shares, on a", e)
+			}
+		}
+		missed := 0
+		for m := last.Add(killInterval); m.UnixMilli() < onTime; m = m.Add(killInterval) {
+			ws := ends[m.UnixMilli()]
+			slices.Sort(ws)
+			if !slices.Equal(ws, []int{0, 1}) {
+				t.Errorf("moment %s: shares %v ended, want 0 and 1 once each", m.UTC().Format("15:04:05"), ws)
+			}
+			if m.Before(restarted) {
+				missed++
+			}
+		}
+		t.Logf("stopped both at %s after the moment %s; a back %v later; %d moments missed, all run within %v of the restart",
+			stopped.UTC().Format("15:04:05.000"), last.UTC().Format("15:04:05"), restarted.Sub(stopped).Round(time.Millisecond),
+			missed, caughtUp.Round(time.Millisecond))
+		if missed < 5 {
+			t.Errorf("%d moments missed, want at least 5", missed)
 		}
 	})
 }

@@ -46,10 +46,12 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// helper runs instance name on database url (spec is "name url") and
-// prints "start" and "end" lines for each run until SIGTERM, then stops.
+// helper runs instance name on database url (spec is "name url", or "name
+// url catchup" for a schedule with CatchUp) and prints "start" and "end"
+// lines for each run until SIGTERM, then stops.
 func helper(spec string) int {
 	name, url, _ := strings.Cut(spec, " ")
+	url, mode, _ := strings.Cut(url, " ")
 	db, _, err := dialect.Open(url)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -75,7 +77,11 @@ func helper(spec string) int {
 			return ctx.Err()
 		}
 	}
-	if err := s.Add("pack", schedule.Every(killInterval), schedule.EveryWorker, pack, schedule.Workers(2)); err != nil {
+	opts := []schedule.AddOption{schedule.Workers(2)}
+	if mode == "catchup" {
+		opts = append(opts, schedule.CatchUp(time.Minute, 100))
+	}
+	if err := s.Add("pack", schedule.Every(killInterval), schedule.EveryWorker, pack, opts...); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}

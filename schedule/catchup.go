@@ -61,7 +61,7 @@ func (s *Scheduler) catchUpMoments(ctx context.Context, e *entry, now, before, l
 				"window", e.catchUp.window, "most", e.catchUp.most)
 		}
 		if len(missed) > 0 {
-			s.log.Info("schedule: catching up the moments every instance missed", "schedule", e.name, "instance", s.name,
+			s.log.Info("schedule: catching up missed moments", "schedule", e.name, "instance", s.name,
 				"moments", len(missed), "first", missed[0], "last", missed[len(missed)-1])
 		}
 	}

@@ -2,6 +2,7 @@ package schedule_test
 
 import (
 	"context"
+	"database/sql"
 	"slices"
 	"strings"
 	"sync"
@@ -9,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlinbox/sqlinbox/internal/testdb"
+	"github.com/sqlinbox/sqlinbox/migrations"
 	"github.com/sqlinbox/sqlinbox/schedule"
 )
 
@@ -355,6 +358,103 @@ func TestCatchUpAfterEveryInstanceStopped(t *testing.T) {
 			missed, caughtUp.Round(time.Millisecond))
 		if missed < 5 {
 			t.Errorf("%d moments missed, want at least 5", missed)
+		}
+	})
+}
+
+// The one instance reaches the database through a proxy that is cut for
+// three moments: they cannot be written, and the first moment after the
+// database is back runs them first, each once, then itself.
+func TestCatchUpAfterTheDatabaseWasUnreachable(t *testing.T) {
+	for name, url := range map[string]func(*testing.T) string{"postgres": postgresURL, "mysql": func(t *testing.T) string { return testdb.MySQL(t) }} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			direct := url(t)
+			if err := migrations.ApplySchedules(context.Background(), openURL(t, direct)); err != nil {
+				t.Fatal(err)
+			}
+			p, via := testdb.NewProxy(t, direct)
+			c := newCluster(t, func(t *testing.T) *sql.DB { return openURL(t, via) })
+			c.start("a", 1, func(s *schedule.Scheduler) error {
+				return s.Add("tick", schedule.Every(interval), schedule.One, c.record, schedule.CatchUp(time.Hour, 100))
+			})
+			c.moment()
+			c.collect(1)
+			p.Cut()
+			var lost []time.Time
+			for range 3 {
+				lost = append(lost, c.moment())
+			}
+			c.armed() // the third moment failed too
+			p.Restore()
+			at := c.moment()
+			runs := byMoment(c.collect(4))
+			for _, m := range append(lost, at) {
+				dealtOnce(t, m, runs[m.UnixMilli()])
+			}
+			if extra := c.stopAll(); len(extra) > 0 {
+				t.Fatalf("runs beyond the moments: %+v", extra)
+			}
+			// The first moment fails as any does; the next ones, in the
+			// catch-up that each later moment tries first.
+			failed := strings.Count(c.log.String(), "moment not run") + strings.Count(c.log.String(), "catching up missed moments stopped")
+			if failed != 3 {
+				t.Errorf("%d moments failed while the database was cut, want 3:\n%s", failed, c.log)
+			}
+		})
+	}
+}
+
+// With SkipWhileBusy, the missed moments run one after another: each waits
+// for the run of the one before it, instead of being skipped beside it.
+func TestCatchUpWithSkipWhileBusyRunsOneAfterAnother(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, open opener) {
+		c := newCluster(t, open)
+		release := make(chan struct{})
+		var once sync.Once
+		free := func() { once.Do(func() { close(release) }) }
+		t.Cleanup(free)
+		var mu sync.Mutex
+		busy, most := 0, 0
+		first := start.Add(2 * interval)
+		add := func(s *schedule.Scheduler) error {
+			return s.Add("report", schedule.Every(interval), schedule.One, func(ctx context.Context, r schedule.Run) error {
+				mu.Lock()
+				busy++
+				most = max(most, busy)
+				mu.Unlock()
+				c.runs <- r
+				if r.FiredAt.Equal(first) {
+					<-release
+				}
+				mu.Lock()
+				busy--
+				mu.Unlock()
+				return nil
+			}, schedule.SkipWhileBusy(), schedule.CatchUp(time.Hour, 100))
+		}
+		c.start("a", 1, add)
+		c.moment()
+		c.collect(1)
+		c.stop("a")
+		c.clk.Advance(5 * interval)
+		c.start("a", 1, add)
+		if r := c.collect(1)[0]; !r.FiredAt.Equal(first) {
+			t.Fatalf("run %+v, want the first missed moment %v", r, first)
+		}
+		free()
+		runs := c.collect(4)
+		for i, r := range runs {
+			if want := first.Add(time.Duration(i+1) * interval); !r.FiredAt.Equal(want) {
+				t.Errorf("run %d caught up %v, want %v (in order)", i, r.FiredAt, want)
+			}
+		}
+		c.armed()
+		if extra := c.stopAll(); len(extra) > 0 {
+			t.Fatalf("runs beyond the moments: %+v", extra)
+		}
+		if most != 1 {
+			t.Errorf("%d runs at once, want 1", most)
 		}
 	})
 }

@@ -88,3 +88,73 @@ func Example_everyWorker() {
 	// 00:00:10 worker 2 of 4 (green runner 0 of 2): orders [2 6 10]
 	// 00:00:10 worker 3 of 4 (green runner 1 of 2): orders [3 7]
 }
+
+// A nightly report runs on one instance at 02:00. The service is down from
+// the first night's run until the morning of the fourth day: when it starts
+// again, CatchUp runs the three nights it missed, each once, with its own
+// FiredAt. Without the option they would be skipped.
+func Example_catchUp() {
+	ctx := context.Background()
+	clk := clock.NewFake(time.Date(2026, 1, 1, 1, 59, 50, 0, time.UTC))
+	db, err := sql.Open("sqlite", "file:/example_catch_up?vfs=memdb&_txlock=immediate&_pragma=busy_timeout(10000)")
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	if err := migrations.ApplySchedules(ctx, db); err != nil {
+		panic(err)
+	}
+
+	var mu sync.Mutex
+	var lines []string
+	var done sync.WaitGroup
+	report := func(ctx context.Context, r schedule.Run) error {
+		defer done.Done()
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, "report of the night of "+r.FiredAt.Format("Jan 2 15:04"))
+		return nil
+	}
+	start := func() *schedule.Scheduler {
+		s, err := schedule.New(db, schedule.Instance("reports"), schedule.WithClock(clk))
+		if err != nil {
+			panic(err)
+		}
+		err = s.Add("nightly_report", schedule.Cron("0 2 * * *", ""), schedule.One, report,
+			schedule.CatchUp(72*time.Hour, 7)) // the last three days, at most seven moments
+		if err != nil {
+			panic(err)
+		}
+		if err := s.Start(ctx); err != nil {
+			panic(err)
+		}
+		return s
+	}
+
+	s := start()
+	done.Add(1)
+	if err := clk.WaitTimers(ctx, 4); err != nil {
+		panic(err)
+	}
+	clk.Advance(10 * time.Second) // 02:00 on the first night
+	done.Wait()
+	if err := s.Stop(ctx); err != nil {
+		panic(err)
+	}
+
+	clk.Set(time.Date(2026, 1, 4, 9, 0, 0, 0, time.UTC)) // down until the fourth morning
+	done.Add(3)
+	s = start()
+	defer s.Stop(ctx)
+	done.Wait()
+
+	slices.Sort(lines)
+	for _, l := range lines {
+		fmt.Println(l)
+	}
+	// Output:
+	// report of the night of Jan 1 02:00
+	// report of the night of Jan 2 02:00
+	// report of the night of Jan 3 02:00
+	// report of the night of Jan 4 02:00
+}

@@ -85,7 +85,8 @@ type Run struct {
 	Schedule string
 	// FiredAt is the moment, computed from the spec: identical in every run
 	// of the moment on every instance, never read from a clock at fire time.
-	// It is in the cron's zone for Cron, in UTC for Every.
+	// It is in the cron's zone for Cron, in UTC for Every. A moment missed
+	// while every instance was down and run later (CatchUp) keeps its own.
 	FiredAt time.Time
 	// Worker is this share's index from zero among all shares of the moment
 	// on every instance; Workers is their count. With One, 0 and 1.

@@ -44,6 +44,9 @@ func (s *Scheduler) catchUpMoments(ctx context.Context, e *entry, now, before, l
 	if err != nil {
 		return fmt.Errorf("read the latest moment in %s: %w", dialect.ScheduleMoments, err)
 	}
+	if err := s.takeOverUnfinished(ctx, e, now.Add(-e.catchUp.window), now); err != nil {
+		return err
+	}
 	var missed []time.Time
 	if !last.IsZero() { // a schedule that never ran has missed nothing
 		after := last
@@ -77,6 +80,37 @@ func (s *Scheduler) catchUpMoments(ctx context.Context, e *entry, now, before, l
 		}
 		if err := s.fire(ctx, e, m); err != nil {
 			return fmt.Errorf("moment %v: %w", m, err)
+		}
+	}
+	return nil
+}
+
+// takeOverUnfinished runs the shares of e's moments since from that are not
+// done and whose lease ended, at most MaxCatchUp of them, oldest first:
+// their runners went away with every other instance, longer ago than a
+// sweep looks back.
+func (s *Scheduler) takeOverUnfinished(ctx context.Context, e *entry, from, now time.Time) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ttl)
+	var found []orphan
+	err := each(sctx, s.db, s.sql.Unfinished.Call(e.name, from, now, MaxCatchUp), func(scan func(...any) error) error {
+		o := orphan{schedule: e.name}
+		err := scan(&o.moment, &o.worker)
+		found = append(found, o)
+		return err
+	})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("list the unfinished shares in %s: %w", dialect.ScheduleShares, err)
+	}
+	for _, o := range found {
+		if e.skipBusy && e.waitIdle(ctx) != nil || ctx.Err() != nil {
+			return nil // stopping
+		}
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ttl)
+		_, err := s.takeOver(ctx, sctx, e, o, "schedule: catching up a share left unfinished")
+		cancel()
+		if err != nil {
+			return err
 		}
 	}
 	return nil

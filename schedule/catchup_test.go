@@ -458,3 +458,48 @@ func TestCatchUpWithSkipWhileBusyRunsOneAfterAnother(t *testing.T) {
 		}
 	})
 }
+
+// An instance dies while it runs its shares of a moment, and no instance is
+// left to take them over within a heartbeat TTL: the instance that comes
+// back takes them over as it catches up, then runs the moments missed.
+func TestCatchUpTakesOverSharesLeftUnfinished(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, open opener) {
+		c := newCluster(t, open)
+		add := func(s *schedule.Scheduler) error {
+			return s.Add("pack", schedule.Every(interval), schedule.EveryWorker, func(ctx context.Context, r schedule.Run) error {
+				c.runs <- r
+				if r.InstanceName == "b" {
+					<-ctx.Done() // busy until b dies
+					return ctx.Err()
+				}
+				return nil
+			}, schedule.CatchUp(time.Hour, 100))
+		}
+		c.start("a", 2, add)
+		c.start("b", 2, add)
+		first := c.moment()
+		c.collect(4)                 // b's two shares are running
+		c.stop("a")                  // a's two are done
+		c.crash("b")                 // b's two are left unfinished, their lease held
+		c.clk.Advance(10 * interval) // past b's heartbeat and any sweep's look back
+		c.start("a", 2, add)
+		c.armed()
+		runs := byMoment(c.collect(2 + 10*2))
+		taken := runs[first.UnixMilli()]
+		if got := workersOf(taken); !slices.Equal(got, []int{2, 3}) {
+			t.Errorf("shares of the first moment run again: %v, want b's 2 and 3", got)
+		}
+		for _, r := range taken {
+			if r.DealtTo != "b" || r.InstanceName != "a" || r.Workers != 4 {
+				t.Errorf("taken over: %+v, want b's share of 4 run on a", r)
+			}
+		}
+		for k := 1; k <= 10; k++ {
+			at := first.Add(time.Duration(k) * interval)
+			dealtOnce(t, at, runs[at.UnixMilli()])
+		}
+		if extra := c.stopAll(); len(extra) > 0 {
+			t.Fatalf("runs beyond the moments: %+v\n%s", extra, c.log)
+		}
+	})
+}

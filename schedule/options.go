@@ -169,7 +169,10 @@ func Workers(n int) AddOption {
 // write a moment's row deals it.
 //
 // A moment counts as missed only after the latest moment written; a
-// schedule that never ran has missed none. With SkipWhileBusy, each missed
+// schedule that never ran has missed none. The catch-up first takes over
+// the shares of moments within window that no instance finished (their
+// runner went away with every other instance), which a sweep looks for
+// only a HeartbeatTTL past their lease. With SkipWhileBusy, each missed
 // moment waits for this instance's runs of the one before it, so they run
 // one after another; otherwise they run side by side, as late moments do.
 // Default: missed moments are not run. Bound: window above zero, most from

@@ -307,28 +307,38 @@ func (s *Scheduler) sweep(loopCtx, ctx context.Context) error {
 		if e == nil || taken[e.name] >= e.runners() || (e.skipBusy && e.running.Load() > 0) {
 			continue
 		}
-		s.heldMu.Lock()
-		_, mine := s.held[shareKey{o.schedule, o.moment, o.worker}]
-		s.heldMu.Unlock()
-		if mine {
-			continue // this instance still runs it: a late renewal, not an orphan
-		}
-		at := time.UnixMilli(o.moment).In(e.loc)
-		token := randomToken()
-		var read dialect.Call
-		if !s.sql.TakeOver.Returns() {
-			read = s.sql.TakeOver.Read(token, o.schedule, at, o.worker)
-		}
-		runs, err := s.claim(ctx, e, at, s.sql.TakeOver.Call(s.name, token, s.clk.Now(), s.lease, o.schedule, at, o.worker), read)
+		runs, err := s.takeOver(loopCtx, ctx, e, o, "schedule: took over a share whose lease ran out")
 		if err != nil {
-			return fmt.Errorf("take over share %d of schedule %q at %v: %w", o.worker, o.schedule, at, err)
+			return err
 		}
-		for _, r := range runs {
-			taken[e.name]++
-			s.log.Info("schedule: took over a share whose lease ran out",
-				"schedule", e.name, "instance", s.name, "fired_at", at, "worker", r.Worker, "dealt_to", r.DealtTo)
-		}
-		s.startAll(loopCtx, e, runs, token)
+		taken[e.name] += len(runs)
 	}
 	return nil
+}
+
+// takeOver claims orphan o of e, unless this instance runs it, and starts
+// it; logged with msg. loopCtx tells whether Stop began; ctx runs the
+// statements.
+func (s *Scheduler) takeOver(loopCtx, ctx context.Context, e *entry, o orphan, msg string) ([]Run, error) {
+	s.heldMu.Lock()
+	_, mine := s.held[shareKey{o.schedule, o.moment, o.worker}]
+	s.heldMu.Unlock()
+	if mine {
+		return nil, nil // this instance still runs it: a late renewal, not an orphan
+	}
+	at := time.UnixMilli(o.moment).In(e.loc)
+	token := randomToken()
+	var read dialect.Call
+	if !s.sql.TakeOver.Returns() {
+		read = s.sql.TakeOver.Read(token, o.schedule, at, o.worker)
+	}
+	runs, err := s.claim(ctx, e, at, s.sql.TakeOver.Call(s.name, token, s.clk.Now(), s.lease, o.schedule, at, o.worker), read)
+	if err != nil {
+		return nil, fmt.Errorf("take over share %d of schedule %q at %v: %w", o.worker, o.schedule, at, err)
+	}
+	for _, r := range runs {
+		s.log.Info(msg, "schedule", e.name, "instance", s.name, "fired_at", at, "worker", r.Worker, "dealt_to", r.DealtTo)
+	}
+	s.startAll(loopCtx, e, runs, token)
+	return runs, nil
 }

@@ -61,6 +61,10 @@ type ScheduleSQL struct {
 	// Orphans lists the shares whose lease ended at or before now and
 	// after now less the heartbeat TTL: schedule, moment, worker.
 	Orphans ScheduleOrphansSQL
+	// Unfinished lists, by moment and worker, the shares of a schedule from
+	// a moment on that are not done and whose lease ended: what a catch-up
+	// takes over, however long ago their lease ended.
+	Unfinished ScheduleUnfinishedSQL
 	// TakeOver claims a share if its lease still ended at or before now and
 	// it is not done. It returns the share's place.
 	TakeOver ScheduleTakeOverSQL
@@ -120,6 +124,8 @@ ON CONFLICT (schedule, fired_at) DO NOTHING`)},
 		TakeDealt: ScheduleTakeDealtSQL{text: x(`UPDATE ` + sh + ` SET holder = $1, token = $2, locked_until = ` + t.At(3) + `
 WHERE schedule = $4 AND moment = $5 AND dealt_to = $1 AND holder IS NULL RETURNING ` + shareCols)},
 		Orphans: ScheduleOrphansSQL{x(`SELECT schedule, moment, worker FROM ` + sh + ` WHERE locked_until <= ` + t.At(1) + ` AND locked_until > ` + t.At(2))},
+		Unfinished: ScheduleUnfinishedSQL{x(`SELECT moment, worker FROM ` + sh + ` WHERE schedule = $1 AND moment >= $2 AND done_at IS NULL
+AND locked_until <= ` + t.At(3) + ` ORDER BY moment, worker LIMIT $4`)},
 		TakeOver: ScheduleTakeOverSQL{text: x(`UPDATE ` + sh + ` SET holder = $1, token = $2, locked_until = ` + t.At(3) + `
 WHERE schedule = $4 AND moment = $5 AND worker = $6 AND locked_until <= ` + t.At(7) + ` AND done_at IS NULL RETURNING ` + shareCols)},
 		Renew: ScheduleRenewSQL{x(`UPDATE ` + sh + ` SET locked_until = ` + t.At(1) + ` WHERE schedule = $2 AND moment = $3 AND worker = $4 AND token = $5`)},

@@ -106,6 +106,16 @@ func (s ScheduleOrphansSQL) Call(now time.Time, ttl time.Duration) Call {
 	return s.call(s.tm.Arg(now, 0), s.tm.Arg(now, -ttl))
 }
 
+// ScheduleUnfinishedSQL lists a schedule's shares not done whose lease
+// ended (see ScheduleSQL.Unfinished).
+type ScheduleUnfinishedSQL struct{ text }
+
+// Call lists at most limit shares of schedule, of moments at or after from,
+// not done, whose lease ended at or before now.
+func (s ScheduleUnfinishedSQL) Call(schedule string, from, now time.Time, limit int) Call {
+	return s.call(schedule, from.UnixMilli(), s.tm.Arg(now, 0), limit)
+}
+
 // ScheduleTakeOverSQL claims a share whose lease ended.
 type ScheduleTakeOverSQL struct {
 	text

@@ -162,9 +162,9 @@ func Workers(n int) AddOption {
 // after the latest one any instance wrote, within window before now, is run
 // once, oldest first, each with its own FiredAt (computed from the spec,
 // not the time it runs) and its shares dealt among the instances live then,
-// as a moment on time is. At most most moments run, the latest: an outage
-// of a day on Every(time.Second) with CatchUp(24*time.Hour, 10) runs the
-// last ten seconds' moments, and logs (Warn) the span it left out.
+// as a moment on time is. No more than most of them run, the latest: an
+// outage of a day on Every(time.Second) with CatchUp(24*time.Hour, 10) runs
+// the last ten seconds' moments, and logs (Warn) the span it left out.
 // Instances that come back at once still run each moment once: the first to
 // write a moment's row deals it.
 //

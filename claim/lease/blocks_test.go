@@ -32,3 +32,16 @@ func TestDenseClaimsStartBlocks(t *testing.T) {
 		}
 	}
 }
+
+// A ticket for a large claim takes a run of blocks that holds about
+// ticketClaims of its claims; small claims take one block, as before.
+func TestTicketBlocksFollowTheClaim(t *testing.T) {
+	for _, c := range []struct {
+		rows int
+		want int64
+	}{{1, 1}, {32, 1}, {256, 1}, {257, 2}, {1000, 4}} {
+		if got := ticketBlocks(c.rows); got != c.want {
+			t.Errorf("ticketBlocks(%d) = %d, want %d", c.rows, got, c.want)
+		}
+	}
+}

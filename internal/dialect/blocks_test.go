@@ -10,10 +10,10 @@ import (
 	"github.com/sqlinbox/sqlinbox/migrations"
 )
 
-// A ticket is the next block of the sequence, apart from every other; it
-// is moved up to the least block the claimer asks for when the sequence is
-// behind, and set back to it when the sequence is past every row, so no
-// block of rows is passed over.
+// A ticket is the next run of blocks of the sequence, apart from every
+// other; it is moved up to the least block the claimer asks for when the
+// sequence is behind, and set back to it when the sequence is past every
+// row, so no block of rows is passed over.
 func TestTicketKeepsToTheRows(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.Open(t, testdb.Postgres(t))
@@ -30,10 +30,10 @@ func TestTicketKeepsToTheRows(t *testing.T) {
 	}
 	q := dialect.Of(dialect.Postgres).Inbox(dialect.Table{Name: `"ticket_jobs"`, ID: `"id"`, LockedUntil: `"locked_until"`, Blocks: seq},
 		dialect.Times{Kind: dialect.Postgres, Encoding: dialect.Timestamptz})
-	ticket := func(least int64) int64 {
+	ticket := func(least, n int64) int64 {
 		t.Helper()
 		var b int64
-		c := q.Ticket.Call(least)
+		c := q.Ticket.Call(least, n)
 		if err := db.QueryRowContext(ctx, c.SQL, c.Args...).Scan(&b); err != nil {
 			t.Fatal(err)
 		}
@@ -43,6 +43,7 @@ func TestTicketKeepsToTheRows(t *testing.T) {
 		what        string
 		setval      int64 // set the sequence first, when not zero
 		least, want int64
+		n           int64 // blocks in a row; 0 is 1
 	}{
 		{what: "a new sequence starts at block 0", least: 0, want: 0},
 		{what: "the next ticket is apart", least: 0, want: 1},
@@ -51,14 +52,18 @@ func TestTicketKeepsToTheRows(t *testing.T) {
 		{what: "past every row: set back to the least block asked for", least: 2, want: 2},
 		{what: "far past every row: set back", setval: 1000, least: 1, want: 1},
 		{what: "negative blocks, for negative ids", setval: -50, least: -7, want: -7},
+		{what: "a run of three blocks: its first", least: -10, n: 3, want: -6},
+		{what: "the next ticket is past the run", least: -10, want: -3},
+		{what: "a run behind the least block asked for: moved up to it", least: 1, n: 2, want: 1},
+		{what: "and the next past that run", least: 0, want: 3},
 	} {
 		if step.setval != 0 {
 			if _, err := db.ExecContext(ctx, "SELECT setval('ticket_jobs_claim_blocks', $1)", step.setval); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if got := ticket(step.least); got != step.want {
-			t.Errorf("%s: ticket(%d) = %d, want %d", step.what, step.least, got, step.want)
+		if got := ticket(step.least, step.n); got != step.want {
+			t.Errorf("%s: ticket(%d, %d) = %d, want %d", step.what, step.least, step.n, got, step.want)
 		}
 	}
 }

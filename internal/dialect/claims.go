@@ -93,26 +93,30 @@ func (s ClaimBlockSQL) Call(now time.Time, lease time.Duration, limit int, group
 	return s.call(s.tm.Arg(now, lease), s.tm.Arg(now, 0), limit, group, from, to)
 }
 
-// TicketSQL takes a block of ids (see InboxSQL.Ticket).
+// TicketSQL takes a run of blocks of ids (see InboxSQL.Ticket).
 type TicketSQL struct{ text }
 
-// $1 the least block. The sequence is set to the least block the claimer
-// asks for when it is behind it (a table whose ids went up while no claim
-// took blocks) or past every row (tickets taken as the last backlog ran
-// out), so no block of rows is passed over. Two claimers that set it at
-// once share that block, and a setting back as a backlog runs out gives its
-// last claimers blocks already out: they share those rows' claims, as
-// without blocks.
+// $1 the least block, $2 how many blocks in a row (at least 1). The
+// sequence is set to the least block the claimer asks for when it is
+// behind it (a table whose ids went up while no claim took blocks) or past
+// every row (tickets taken as the last backlog ran out), so no block of
+// rows is passed over; a ticket for several blocks then moves it past them
+// in the same statement. Two claimers that take tickets at once may share
+// blocks (a setting back as a backlog runs out, or a run of blocks set
+// between another's nextval and its setval): they share those rows'
+// claims, as without blocks.
 func (w inboxTable) ticket() TicketSQL {
 	if w.t.Blocks == "" || !w.resumes() {
 		return TicketSQL{}
 	}
-	return TicketSQL{w.text(fmt.Sprintf("SELECT CASE WHEN v < $1::bigint OR v::numeric * %[3]d > (SELECT max(%[2]s) FROM %[4]s) THEN setval('%[1]s', $1::bigint) ELSE v END FROM nextval('%[1]s') AS v",
+	return TicketSQL{w.text(fmt.Sprintf("SELECT CASE WHEN v < $1::bigint OR v::numeric * %[3]d > (SELECT max(%[2]s) FROM %[4]s) THEN setval('%[1]s', $1::bigint + $2::bigint - 1) - $2::bigint + 1 "+
+		"WHEN $2::bigint > 1 THEN setval('%[1]s', v + $2::bigint - 1) - $2::bigint + 1 ELSE v END FROM nextval('%[1]s') AS v",
 		w.t.Blocks, w.t.ID, BlockIDs, w.t.Name))}
 }
 
-// Call takes the next block number, at least least.
-func (s TicketSQL) Call(least int64) Call { return s.call(least) }
+// Call takes the next run of n blocks (n at least 1), the first at least
+// least, and returns the first.
+func (s TicketSQL) Call(least, n int64) Call { return s.call(least, max(n, 1)) }
 
 // ClaimHoldSQL takes one row for the row-lock form (see InboxSQL.ClaimHold).
 type ClaimHoldSQL struct {

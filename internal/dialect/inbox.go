@@ -130,9 +130,9 @@ type InboxSQL struct {
 	// inside the block of ids its claimer took a ticket for (see Ticket),
 	// or behind it. Empty where Ticket is.
 	ClaimBlock ClaimBlockSQL
-	// Ticket takes the next block of ids from the table's block sequence
-	// (see migrations.ApplyClaimBlocks), no lower than the block asked
-	// for. Empty but on Postgres tables that have the sequence and no
+	// Ticket takes the next run of blocks of ids from the table's block
+	// sequence (see migrations.ApplyClaimBlocks), no lower than the block
+	// asked for. Empty but on Postgres tables that have the sequence and no
 	// priority column (claims by priority do not go in id order).
 	Ticket TicketSQL
 }

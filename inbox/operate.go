@@ -282,7 +282,8 @@ func (s Selection) check() error {
 
 // Unpark makes ref's parked rows in sel available again, with attempts
 // reset where the table counts them, and wakes its subscriptions. It
-// returns how many rows changed.
+// returns how many rows changed. The cancel requests (Cancel) of the
+// table's parked rows are cleared first.
 func (o *Operator) Unpark(ctx context.Context, ref QueueRef, sel Selection) (int64, error) {
 	return o.change(ctx, ref, sel, StateParked, "unpark", dialect.ChangeUnpark)
 }
@@ -321,6 +322,13 @@ func (o *Operator) change(ctx context.Context, ref QueueRef, sel Selection, stat
 	q, err := o.b.d.ChangeRows(t, f, c)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: %s rows of %q: %w", what, ref.Table, err)
+	}
+	if c == dialect.ChangeUnpark {
+		// A parked row's cancel request is done with: one left behind
+		// would cancel the row's next handling.
+		if err := o.pruneCancels(ctx, t, ref.Table); err != nil {
+			return 0, fmt.Errorf("inbox: %s rows of %q: clear their cancel requests: %w", what, ref.Table, err)
+		}
 	}
 	var n int64
 	err = o.b.write(ctx, false, func(ex execer) error {

@@ -83,8 +83,24 @@ var ErrHoldLost = inboxtype.ErrHoldLost
 // ErrTimeout is the cause of a handler's context when it ran past Timeout.
 var ErrTimeout = inboxtype.ErrTimeout
 
+// ErrCanceled is the cause of a handler's context when an operator canceled
+// its row (Operator.Cancel, inbox cancel, the dashboard's Cancel): the
+// cause is a *CancelCause, which is ErrCanceled to errors.Is. Whatever the
+// handler returns then, its row is parked with the cancel as its last
+// error, or deleted where the cancel asked; the Event's Outcome is
+// Canceled.
+var ErrCanceled = inboxtype.ErrCanceled
+
+// CancelCause is the cause a canceled handler's context ends with:
+//
+//	type CancelCause struct {
+//		Delete bool   // the row is deleted, not parked
+//		Reason string // the operator's, "" when none was given
+//	}
+type CancelCause = inboxtype.CancelCause
+
 // Outcome is how a handling ended: one of Acked, Retried, Parked, Snoozed,
-// Lost, Released or Failed.
+// Lost, Released, Failed or Canceled.
 type Outcome = inboxtype.Outcome
 
 // The outcomes an Event reports.
@@ -96,6 +112,7 @@ const (
 	Lost     Outcome = inboxtype.Lost     // the lease or hold was lost; the outcome changed nothing
 	Released Outcome = inboxtype.Released // claimed at shutdown and given back unstarted
 	Failed   Outcome = inboxtype.Failed   // the settlement itself failed (Err says why); the row comes back after its lease
+	Canceled Outcome = inboxtype.Canceled // an operator canceled it (Err is a *CancelCause); the row is parked, or deleted where the cancel asked
 )
 
 // Event is one handling of one row, reported to Observe and to

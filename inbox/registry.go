@@ -27,7 +27,7 @@ import (
 type RegistryOption func(*registryConfig) error
 
 type registryConfig struct {
-	heartbeat, keep time.Duration
+	heartbeat, keep, cancelPoll time.Duration
 }
 
 // RegistryHeartbeat is how often the instance beats: one statement, which
@@ -89,7 +89,7 @@ const (
 func (s *Service) Register(opts ...RegistryOption) error {
 	// The default keeps the option's bound: a broker polling every
 	// millisecond must not write a heartbeat as often.
-	cfg := registryConfig{heartbeat: max(s.broker.poll, minHeartbeat), keep: DefaultRegistryKeep}
+	cfg := registryConfig{heartbeat: max(s.broker.poll, minHeartbeat), keep: DefaultRegistryKeep, cancelPoll: DefaultCancelPoll}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return err
@@ -133,6 +133,7 @@ type registry struct {
 	started  time.Time
 	stopLoop context.CancelFunc
 	loopDone chan struct{}
+	cancels  cancelWatch
 }
 
 type minuteKey struct {
@@ -188,6 +189,7 @@ func (r *registry) start(ctx context.Context) {
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.stopLoop, r.loopDone = cancel, make(chan struct{})
 	go r.loop(loopCtx, wake)
+	r.cancels.start(loopCtx, r)
 }
 
 // loop beats every interval, and at once when a pause or a resume is
@@ -334,8 +336,11 @@ func (r *registry) setPaused(text string) {
 
 // record counts one settled handling in its queue's minute.
 func (r *registry) record(sub *Subscription, e Event) {
-	if e.Outcome == Released {
+	switch e.Outcome {
+	case Released:
 		return
+	case Canceled:
+		r.cancels.done(sub.table, e.ID)
 	}
 	us := e.End.Sub(e.Start).Microseconds()
 	k := minuteKey{table: sub.table, group: sub.group, minute: e.End.Truncate(time.Minute).UnixMilli(), outcome: e.Outcome}
@@ -385,6 +390,7 @@ func (r *registry) flush(ctx context.Context, now time.Time, all bool) {
 func (r *registry) stop() {
 	r.stopLoop()
 	<-r.loopDone
+	<-r.cancels.stopped
 	if !r.joined {
 		return
 	}

@@ -186,8 +186,10 @@ type Subscription struct {
 	deco    decoration
 	poller  *engine.Poller // group subscriptions': the table's idle poller
 	running atomic.Bool
-	stats   engine.Counters
-	idle    *engine.Idle
+	// eng is the engine while Run runs: cancels reach its handlers.
+	eng   atomic.Pointer[engine.Engine]
+	stats engine.Counters
+	idle  *engine.Idle
 }
 
 // WaitIdle blocks until the subscription is idle: running, with no claim in
@@ -208,6 +210,7 @@ func (s *Subscription) WaitIdle(ctx context.Context) error { return s.idle.Wait(
 //		Lost     int64 // rows whose lease or hold was lost while in work
 //		Released int64 // rows given back unstarted (at shutdown; a claim's spare rows also at a pause, or when one waited two thirds of its lease)
 //		Failed   int64 // settlements that failed (the row comes back after its lease)
+//		Canceled int64 // rows canceled by an operator while in work, parked or deleted
 //		// PickupFallback says why rows other processes write wait for the poll
 //		// although notifications were asked for (Broker.Pickup); "" when not.
 //		PickupFallback string
@@ -303,6 +306,8 @@ func (s *Subscription) Run(ctx context.Context) error {
 		return err
 	}
 	defer waiter.Close()
+	s.eng.Store(e)
+	defer s.eng.Store(nil)
 	e.Run(ctx)
 	return nil
 }

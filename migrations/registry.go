@@ -10,7 +10,8 @@ import (
 
 // ApplyRegistry creates the registry's tables (instances, their
 // subscriptions, per-minute counts per queue, paused queues, placements
-// set over the schedules' code; named in internal/dialect) if they do not
+// set over the schedules' code, requests to cancel rows; named in
+// internal/dialect) if they do not
 // exist, on Postgres, SQLite, MariaDB or MySQL. Services
 // that call Service.Register record themselves there, and the inbox
 // command's queues, instances, pause and resume read and write them.
@@ -22,6 +23,7 @@ func ApplyRegistry(ctx context.Context, db *sql.DB) error {
 		"{{minutes}}", dialect.RegistryMinutes,
 		"{{paused}}", dialect.RegistryPaused,
 		"{{placements}}", dialect.SchedulePlacements,
+		"{{cancels}}", dialect.RegistryCancels,
 	))
 	if err != nil {
 		return err

@@ -198,18 +198,9 @@ const (
 // in work whatever locked_until says: the statement skips it rather than
 // wait for the handler to end.
 func (d *Dialect) ChangeRows(t AdminTable, f AdminFilter, c Change) (Call, error) {
-	where, args, err := d.where(t, f)
+	where, args, err := d.changeWhere(t, f)
 	if err != nil {
 		return Call{}, err
-	}
-	if lock := d.SkipLocked(); lock != "" {
-		inner := fmt.Sprintf("SELECT %s FROM %s WHERE %s%s", t.ID, t.Name, where, lock)
-		if d.Kind == MySQL {
-			// MariaDB and MySQL refuse a subquery on the table a statement
-			// changes, but not a derived table of it.
-			inner = fmt.Sprintf("SELECT %s FROM (%s) AS s", t.ID, inner)
-		}
-		where = fmt.Sprintf("%s IN (%s)", t.ID, inner)
 	}
 	var stmt string
 	switch c {
@@ -226,6 +217,42 @@ func (d *Dialect) ChangeRows(t AdminTable, f AdminFilter, c Change) (Call, error
 		return Call{}, fmt.Errorf("unknown change %d", c)
 	}
 	return d.call(stmt+" WHERE "+where, args), nil
+}
+
+// ParkRows writes the statement that parks the rows f selects, with
+// lastError where the table keeps one (a cancel of rows not in work),
+// skipping rows a row-lock handler holds as ChangeRows does.
+func (d *Dialect) ParkRows(t AdminTable, f AdminFilter, lastError string) (Call, error) {
+	where, args, err := d.changeWhere(t, f)
+	if err != nil {
+		return Call{}, err
+	}
+	args = append(args, t.Times.Encode(Never))
+	stmt := fmt.Sprintf("UPDATE %s SET %s = $%d", t.Name, t.LockedUntil, len(args))
+	if t.LastError != "" {
+		args = append(args, lastError)
+		stmt += fmt.Sprintf(", %s = $%d", t.LastError, len(args))
+	}
+	return d.call(stmt+" WHERE "+where, args), nil
+}
+
+// changeWhere is the WHERE clause of a change to the rows f selects (see
+// ChangeRows).
+func (d *Dialect) changeWhere(t AdminTable, f AdminFilter) (string, []any, error) {
+	where, args, err := d.where(t, f)
+	if err != nil {
+		return "", nil, err
+	}
+	if lock := d.SkipLocked(); lock != "" {
+		inner := fmt.Sprintf("SELECT %s FROM %s WHERE %s%s", t.ID, t.Name, where, lock)
+		if d.Kind == MySQL {
+			// MariaDB and MySQL refuse a subquery on the table a statement
+			// changes, but not a derived table of it.
+			inner = fmt.Sprintf("SELECT %s FROM (%s) AS s", t.ID, inner)
+		}
+		where = fmt.Sprintf("%s IN (%s)", t.ID, inner)
+	}
+	return where, args, nil
 }
 
 // call is a statement written with $n placeholders and its arguments in

@@ -117,6 +117,11 @@ type Engine struct {
 	// settlement that succeeds meanwhile clears it, and the loop, told as a
 	// settlement ends, claims at once (the database answers again).
 	outage atomic.Bool
+	// watches are the worker goroutines' (one each, made with the
+	// goroutine): Cancel looks for a row's handler among them, so a job
+	// pays nothing for it.
+	watchMu sync.Mutex
+	watches []*watch
 }
 
 // New returns the engine of cfg.

@@ -134,13 +134,9 @@ func (e *Engine) settle(ctx context.Context, h *handling, err error, lost bool) 
 		e.stats.acked.Add(1)
 		return inboxtype.Acked, nil
 	}
-	// Each send has its own bound: sends again may outlast one.
-	bounded := func(f func(context.Context) error) func() error {
-		return func() error {
-			sctx, cancel := context.WithTimeout(context.Background(), contract.SettleTimeout)
-			defer cancel()
-			return f(sctx)
-		}
+	var canceled *inboxtype.CancelCause
+	if errors.As(err, &canceled) {
+		return e.settleCanceled(ctx, h, canceled.Delete, err)
 	}
 	verdict, delay := e.cfg.ErrorVerdict(err)
 	attempt := max(j.Attempts, 1)
@@ -167,6 +163,33 @@ func (e *Engine) settle(ctx context.Context, h *handling, err error, lost bool) 
 	e.stats.retried.Add(1)
 	e.logger().Debug("inbox: handler failed; row retried", "table", e.cfg.Table, "id", j.ID, "attempt", attempt, "delay", delay, "err", err)
 	return inboxtype.Retried, nil
+}
+
+// bounded runs f with a context of its own bound: each send of a
+// settlement gets one, since sends again may outlast one.
+func bounded(f func(context.Context) error) func() error {
+	return func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), contract.SettleTimeout)
+		defer cancel()
+		return f(sctx)
+	}
+}
+
+// settleCanceled parks a canceled row with its cancel as the last error,
+// or deletes it (an ack) where the cancel asked, fenced on this claim as
+// every settlement is: a row claimed since is never touched.
+func (e *Engine) settleCanceled(ctx context.Context, h *handling, del bool, err error) (inboxtype.Outcome, error) {
+	j := h.j
+	what, send := "park", bounded(func(c context.Context) error { return j.Park(c, err.Error()) })
+	if del {
+		what, send = "delete", func() error { return j.Ack(context.Background()) }
+	}
+	if serr := e.again(ctx, j, what, h.holdEnds, send); serr != nil {
+		return e.settleFailed(j, what, serr), serr
+	}
+	e.stats.canceled.Add(1)
+	e.logger().Info("inbox: row canceled by an operator", "table", e.cfg.Table, "id", j.ID, "deleted", del, "err", err)
+	return inboxtype.Canceled, nil
 }
 
 // backoff is the delay after a failed attempt.

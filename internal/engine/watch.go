@@ -53,7 +53,11 @@ type watch struct {
 
 // newWatch returns a worker's watch.
 func (e *Engine) newWatch() *watch {
-	return &watch{e: e, every: e.every, keep: clock.OnHost(e.cfg.Clock), handled: true}
+	w := &watch{e: e, every: e.every, keep: clock.OnHost(e.cfg.Clock), handled: true}
+	e.watchMu.Lock()
+	e.watches = append(e.watches, w)
+	e.watchMu.Unlock()
+	return w
 }
 
 // begin watches the handler of j, started at now.

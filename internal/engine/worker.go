@@ -302,16 +302,24 @@ func (e *Engine) work(ctx context.Context, w *watch, j *contract.Job, claimedAt 
 	h.lost = w.finish()
 	h.holdEnds = w.leaseEnds()
 	if cause := context.Cause(hctx); err != nil && errors.Is(cause, inboxtype.ErrTimeout) {
-		if err != cause && !errors.Is(err, context.Canceled) {
-			// The handler's own error, beside the timeout; one that is the
-			// context's error says nothing more.
-			err = fmt.Errorf("%w (the handler returned: %v)", cause, err)
-		} else {
-			err = cause
-		}
+		err = withCause(cause, err)
+	} else if errors.Is(cause, inboxtype.ErrCanceled) {
+		// Whatever the handler returned, nil too: the row is parked or
+		// deleted as the cancel asked, never acked or retried past it.
+		err = withCause(cause, err)
 	}
 	h.err, h.ev.Err = err, err
 	return h
+}
+
+// withCause is the error of a handler whose context ended with cause: the
+// cause, with the handler's own error beside it (one that is the context's
+// error, or none, says nothing more).
+func withCause(cause, err error) error {
+	if err != nil && err != cause && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("%w (the handler returned: %v)", cause, err)
+	}
+	return cause
 }
 
 // call runs the handler, turning a panic into an error that carries the

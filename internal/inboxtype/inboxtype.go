@@ -24,7 +24,31 @@ var (
 	// ErrHoldLost: the connection that held the row ended (row-lock and
 	// advisory forms); the row is free for another claimer.
 	ErrHoldLost = errors.New("inbox: the connection holding the row ended")
+	// ErrCanceled: an operator canceled the row (Operator.Cancel); the
+	// cause is a *CancelCause.
+	ErrCanceled = errors.New("inbox: canceled by an operator")
 )
+
+// CancelCause is the cause a canceled handler's context ends with: it is
+// ErrCanceled (errors.Is), and says what becomes of the row.
+type CancelCause struct {
+	// Delete: the row is deleted, not parked.
+	Delete bool
+	// Reason is the operator's, "" when none was given.
+	Reason string
+}
+
+// Error is the text recorded as the parked row's last error.
+func (c *CancelCause) Error() string {
+	s := ErrCanceled.Error()
+	if c.Reason != "" {
+		s += ": " + c.Reason
+	}
+	return s
+}
+
+// Unwrap makes a CancelCause ErrCanceled.
+func (c *CancelCause) Unwrap() error { return ErrCanceled }
 
 // Outcome is how a handling ended.
 type Outcome string
@@ -38,6 +62,7 @@ const (
 	Lost     Outcome = "lost"     // the lease or hold was lost; the outcome changed nothing
 	Released Outcome = "released" // claimed at shutdown and given back unstarted
 	Failed   Outcome = "failed"   // the settlement itself failed (Err says why); the row comes back after its lease
+	Canceled Outcome = "canceled" // an operator canceled it (Err is a *CancelCause); the row is parked, or deleted where the cancel asked
 )
 
 // Event is one handling of one row.
@@ -67,6 +92,7 @@ type Stats struct {
 	Lost     int64 // rows whose lease or hold was lost while in work
 	Released int64 // rows given back unstarted (at shutdown; a claim's spare rows also at a pause, or when one waited two thirds of its lease)
 	Failed   int64 // settlements that failed (the row comes back after its lease)
+	Canceled int64 // rows canceled by an operator while in work, parked or deleted
 	// PickupFallback says why rows other processes write wait for the poll
 	// although notifications were asked for (Broker.Pickup); "" when not.
 	PickupFallback string

@@ -62,3 +62,15 @@ CREATE TABLE IF NOT EXISTS {{placements}} (
     placement VARCHAR(32)  NOT NULL,
     set_at    BIGINT       NOT NULL
 ) ENGINE=InnoDB
+-- ;
+-- A request to cancel a row (Operator.Cancel): the instance whose handler
+-- runs it ends the handler's context and parks (or deletes) the row, then
+-- deletes the request.
+CREATE TABLE IF NOT EXISTS {{cancels}} (
+    table_name   VARCHAR(255)  NOT NULL,
+    row_id       BIGINT        NOT NULL,
+    action       VARCHAR(16)   NOT NULL,
+    reason       VARCHAR(1024) NOT NULL,
+    requested_at BIGINT        NOT NULL,
+    PRIMARY KEY (table_name, row_id)
+) ENGINE=InnoDB

@@ -62,3 +62,15 @@ CREATE TABLE IF NOT EXISTS {{placements}} (
     placement text   NOT NULL,
     set_at    bigint NOT NULL
 )
+-- ;
+-- A request to cancel a row (Operator.Cancel): the instance whose handler
+-- runs it ends the handler's context and parks (or deletes) the row, then
+-- deletes the request.
+CREATE TABLE IF NOT EXISTS {{cancels}} (
+    table_name   text   NOT NULL,
+    row_id       bigint NOT NULL,
+    action       text   NOT NULL,
+    reason       text   NOT NULL,
+    requested_at bigint NOT NULL,
+    PRIMARY KEY (table_name, row_id)
+)

@@ -32,6 +32,7 @@ func TestJSONSchema(t *testing.T) {
 			append([]string{"run-now", "--all"}, q...),
 			append([]string{"delete", "--id", "999999"}, q...),
 			append([]string{"unpark", "--id", id}, q...),
+			append([]string{"cancel", "--id", "999999"}, q...),
 			{"pause", "--table", "render_requests", "--group", "render"},
 			{"resume", "--table", "render_requests", "--group", "render"},
 			{"migrate-registry"},

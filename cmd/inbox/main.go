@@ -1,12 +1,13 @@
 // Command inbox is sqlinbox's command line: migrate a table, operate a
-// queue (see what waits, unpark, run now, delete, pause, resume, who runs
-// it), measure it, soak it.
+// queue (see what waits, unpark, run now, delete, cancel, pause, resume, who
+// runs it), measure it, soak it.
 //
 //	go run ./cmd/inbox migrate   --db sqlite://jobs.db --table invoice_jobs
 //	go run ./cmd/inbox queues    --db URL
 //	go run ./cmd/inbox rows      --db URL --table invoice_jobs --state parked
 //	go run ./cmd/inbox row       --db URL --table invoice_jobs --id 13
 //	go run ./cmd/inbox unpark    --db URL --table invoice_jobs --all
+//	go run ./cmd/inbox cancel    --db URL --table invoice_jobs --id 13
 //	go run ./cmd/inbox pause     --db URL --table invoice_jobs
 //	go run ./cmd/inbox instances --db URL
 //	go run ./cmd/inbox bench     throughput|latency|idle --db URL ...

@@ -29,6 +29,7 @@ func addOperatorCommands(root *cobra.Command) {
 	for _, c := range changeCommands() {
 		add(c)
 	}
+	add(cancelCommand())
 	for _, pause := range []bool{true, false} {
 		add(pauseCommand(pause))
 	}
@@ -286,7 +287,7 @@ func instancesCommand() *cobra.Command {
 }
 
 func migrateRegistryCommand() *cobra.Command {
-	cmd, f := operatorCommand("migrate-registry", "create the registry's tables (instances, subscriptions, per-minute counts, paused queues)",
+	cmd, f := operatorCommand("migrate-registry", "create the registry's tables (instances, subscriptions, per-minute counts, paused queues, cancel requests)",
 		"Creates the tables registered services record themselves in (migrations.ApplyRegistry),\nand a SQLite database file that does not exist yet. Idempotent.", onDatabase,
 		func(ctx context.Context, s *opSession) error {
 			if err := migrations.ApplyRegistry(ctx, s.b.DB()); err != nil {

@@ -80,18 +80,18 @@ func (h *Handler) do(ctx context.Context, w http.ResponseWriter, r *http.Request
 	case "resume":
 		return "resumed " + queueName(table, group), h.op.Resume(ctx, table, group)
 	}
+	if op == "cancel" {
+		return h.cancel(ctx, r, ref)
+	}
 	change := map[string]func(context.Context, inbox.QueueRef, inbox.Selection) (int64, error){
 		"unpark": h.op.Unpark, "run-now": h.op.RunNow, "delete": h.op.Delete}[op]
 	if change == nil {
 		return "", fmt.Errorf("unknown action %q", op)
 	}
 	sel := inbox.Selection{All: r.PostFormValue("all") == "1", ErrorContains: r.PostFormValue("error_contains")}
-	for _, s := range r.PostForm["id"] {
-		id, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return "", fmt.Errorf("%q is not a row id", s)
-		}
-		sel.IDs = append(sel.IDs, id)
+	var err error
+	if sel.IDs, err = formIDs(r); err != nil {
+		return "", err
 	}
 	if sel.All {
 		sel.IDs = nil
@@ -116,6 +116,41 @@ func (h *Handler) do(ctx context.Context, w http.ResponseWriter, r *http.Request
 	}
 	n, err := change(ctx, ref, sel)
 	return fmt.Sprintf("%s: %d rows changed", op, n), err
+}
+
+// formIDs reads the row ids the form names.
+func formIDs(r *http.Request) ([]int64, error) {
+	var ids []int64
+	for _, s := range r.PostForm["id"] {
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a row id", s)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// cancel cancels the rows the form names (inbox.Operator.Cancel): parked
+// with the cancel as their last error, their handlers told where they are
+// in work.
+func (h *Handler) cancel(ctx context.Context, r *http.Request, ref inbox.QueueRef) (string, error) {
+	ids, err := formIDs(r)
+	if err != nil {
+		return "", err
+	}
+	if len(ids) == 0 {
+		return "", errors.New("no row selected: tick the rows first")
+	}
+	res, err := h.op.Cancel(ctx, ref, ids, inbox.CancelOptions{Reason: "from the dashboard"})
+	if err != nil {
+		return "", err
+	}
+	msg := fmt.Sprintf("cancel: %d rows parked now, %d in work (their handlers are told; their instances park them)", res.Stopped, res.InWork)
+	if len(res.Missing) > 0 {
+		msg += fmt.Sprintf("; no row %v (acked or deleted)", res.Missing)
+	}
+	return msg, nil
 }
 
 // count sums st's rows in states.

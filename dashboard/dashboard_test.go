@@ -236,3 +236,52 @@ func TestOptionsRefused(t *testing.T) {
 		t.Errorf("New(nil): %v, %v; want ErrInvalid", h, err)
 	}
 }
+
+// The row page of a row in work shows Cancel; posted with the page's
+// token, it ends the handler's context with inbox.ErrCanceled and the row
+// is parked with the cancel as its last error.
+func TestCancelButton(t *testing.T) {
+	eachDB(t, func(t *testing.T, dbURL string) {
+		s := newSite(t, dbURL)
+		id := s.publish("slow")
+		select {
+		case <-s.started:
+		case <-time.After(inboxtest.Timeout):
+			t.Fatal("the slow row's handler never started")
+		}
+		c := client(t)
+		_, body := get(t, c, s.url("row?table=jobs&id="+itoa(id)))
+		contains(t, body, `id="row-cancel"`)
+		m := csrfField.FindStringSubmatch(body)
+		if m == nil {
+			t.Fatalf("no CSRF field on the row page:\n%s", body)
+		}
+		req, _ := http.NewRequest("POST", s.url("action"), strings.NewReader(url.Values{"csrf": {m[1]}, "table": {"jobs"}, "op": {"cancel"}, "id": {itoa(id)}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", s.srv.URL)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("cancel post: status %d, want 303", resp.StatusCode)
+		}
+		select {
+		case cause := <-s.ended:
+			if !errors.Is(cause, inbox.ErrCanceled) {
+				t.Fatalf("handler's context ended with %v, want inbox.ErrCanceled", cause)
+			}
+		case <-time.After(inboxtest.Timeout):
+			t.Fatal("the canceled handler's context never ended")
+		}
+		s.waitParked(1)
+		_, body = get(t, c, s.url("queue?table=jobs"))
+		contains(t, body, "cancel: 0 rows parked now, 1 in work")
+		_, body = get(t, c, s.url("row?table=jobs&id="+itoa(id)))
+		contains(t, body, "inbox: canceled by an operator: from the dashboard")
+		if strings.Contains(body, `id="row-cancel"`) {
+			t.Fatal("a parked row's page offers Cancel")
+		}
+	})
+}

@@ -49,6 +49,10 @@ type site struct {
 	handled chan string // payloads handled successfully
 	fixed   atomic.Bool // rows whose payload is "bad" fail until set
 	srv     *httptest.Server
+	// A row whose payload is "slow" runs until its context ends: started
+	// gets its id, then ended its context's cause.
+	started chan int64
+	ended   chan error
 }
 
 // newSite runs a service that parks a row whose payload is "bad" at its
@@ -69,7 +73,7 @@ func newSite(t testing.TB, url string, opts ...dashboard.Option) *site {
 			t.Fatal(err)
 		}
 	}
-	s := &site{t: t, b: b, handled: make(chan string, 100)}
+	s := &site{t: t, b: b, handled: make(chan string, 100), started: make(chan int64, 1), ended: make(chan error, 1)}
 	s.svc = inbox.NewService("invoices", "1.4.2", b)
 	s.svc.Signals = false
 	if err := s.svc.Register(inbox.RegistryHeartbeat(200 * time.Millisecond)); err != nil {
@@ -91,6 +95,12 @@ func newSite(t testing.TB, url string, opts ...dashboard.Option) *site {
 }
 
 func (s *site) handle(ctx context.Context, j Job) error {
+	if string(j.Payload) == "slow" {
+		s.started <- j.ID
+		<-ctx.Done()
+		s.ended <- context.Cause(ctx)
+		return nil
+	}
 	if string(j.Payload) == "bad" && !s.fixed.Load() {
 		return errors.New("renderer: template <b>missing</b>")
 	}

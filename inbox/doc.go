@@ -42,7 +42,10 @@
 // makes it a retry after a backoff, with the error in last_error; after
 // MaxAttempts attempts it is parked, never dropped. Count, ListParked and
 // Unpark read and change a queue by its Go type; an Operator does the same by
-// table name, as the inbox command and the dashboard do.
+// table name, as the inbox command and the dashboard do. Operator.Cancel
+// stops a row wherever it is: a handler running it on any registered
+// instance sees its context end with ErrCanceled, and the row is parked
+// (or deleted) whatever the handler returns.
 //
 // # Forms
 //
@@ -59,8 +62,9 @@
 // Every settlement is fenced on what the claim wrote or holds, so a handler
 // whose hold was lost changes nothing. In the row-lock and advisory forms a
 // lost connection ends the handler's context with cause ErrHoldLost; a
-// lease taken over ends it with ErrLeaseLost, and a handler past its Timeout
-// with ErrTimeout (see context.Cause).
+// lease taken over ends it with ErrLeaseLost, a handler past its Timeout
+// with ErrTimeout, and an operator's cancel with ErrCanceled (see
+// context.Cause).
 //
 // # Outcomes
 //
@@ -78,7 +82,8 @@
 // DefaultBackoff (one second doubled per failure, capped at MaxBackoff) less
 // a jitter of up to a quarter, so rows that failed together do not come back
 // together. Observe and Service hooks report each handling as an Event with
-// its Outcome (Acked, Retried, Parked, Snoozed, Lost, Released, Failed).
+// its Outcome (Acked, Retried, Parked, Snoozed, Lost, Released, Failed,
+// Canceled).
 //
 // With HandleTx the handler gets a *sql.Tx, and the row's delete commits in
 // that transaction: an effect written to the same database happens once per

@@ -45,7 +45,10 @@ type CancelResult struct {
 // The request is recorded in the registry (migrations.ApplyRegistry), so
 // an instance that polls sees it, and a row whose holder died is
 // canceled by the instance that claims it next. It lasts until the row is
-// parked or deleted; Unpark clears the requests of the rows it unparks.
+// parked or deleted; Unpark clears the requests of the table's parked rows.
+// A row an advisory handler holds keeps the locked_until it had, so it
+// looks available: it is parked (or deleted) at once, and its handler's
+// context ends all the same.
 func (o *Operator) Cancel(ctx context.Context, ref QueueRef, ids []int64, opts CancelOptions) (CancelResult, error) {
 	if len(ids) == 0 {
 		return CancelResult{}, errors.New("inbox: cancel: name the rows to cancel by id")

@@ -271,3 +271,32 @@ func receive[T any](t *testing.T, ch chan T, what string) T {
 	}
 	panic("unreachable")
 }
+
+// A request recorded while no instance ran the row (its holder died before
+// the cancel reached it) cancels the handling of the instance that claims
+// it next, at its poll, on every database.
+func TestCancelReachesTheNextClaim(t *testing.T) {
+	for _, db := range []string{"sqlite", "postgres", "mysql"} {
+		t.Run(db, func(t *testing.T) {
+			t.Parallel()
+			r := newCancelRig(t, cancelCase{lease.Form, db, "poll"})
+			// The table is new: its first row gets id 1.
+			if _, err := r.ob.DB().Exec("INSERT INTO sqlinbox_cancels (table_name, row_id, action, reason, requested_at) VALUES ('jobs', 1, 'park', 'holder died', 0)"); err != nil {
+				t.Fatal(err)
+			}
+			insert(t, r.b.DB(), 1)
+			if id := receive(t, r.started, "the handler to start"); id != 1 {
+				t.Fatalf("handler started on row %d, want 1", id)
+			}
+			if e := receive(t, r.ended, "the handler's context to end"); !errors.Is(e.cause, inbox.ErrCanceled) {
+				t.Fatalf("handler's context ended with %v, want ErrCanceled", e.cause)
+			}
+			r.ev.Wait("the cancel settled", func(es []inbox.Event) bool { return inboxtest.Count(es, inbox.Canceled) == 1 })
+			rows, err := r.op.Rows(context.Background(), r.ref, inbox.RowFilter{IDs: []int64{1}})
+			if err != nil || len(rows) != 1 || rows[0].State != inbox.StateParked || rows[0].LastError != "inbox: canceled by an operator: holder died" {
+				t.Fatalf("row 1: %+v, %v; want parked by the cancel", rows, err)
+			}
+			eventually(t, "the request deleted", func() bool { return cancelRequests(t, r) == 0 })
+		})
+	}
+}

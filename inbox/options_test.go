@@ -107,6 +107,7 @@ func TestOptionsRefused(t *testing.T) {
 		{inbox.RegistryHeartbeat(0), []string{"RegistryHeartbeat(0s)", "at least 10ms"}},
 		{inbox.RegistryHeartbeat(time.Millisecond), []string{"RegistryHeartbeat(1ms)", "at least 10ms"}},
 		{inbox.RegistryKeep(time.Second), []string{"RegistryKeep(1s)", "at least 1m"}},
+		{inbox.RegistryCancelPoll(time.Millisecond), []string{"RegistryCancelPoll(1ms)", "at least 10ms"}},
 	} {
 		err := svc.Register(tc.opt)
 		refusedWith(t, "Register: "+tc.want[0], err, tc.want...)

@@ -9,7 +9,7 @@
 //
 // Metrics (attribute queue: the table, or table/group):
 //
-//	inbox.handlings           counter, by queue and outcome (acked, retried, parked, lost, released, failed)
+//	inbox.handlings           counter, by queue and outcome (acked, retried, parked, snoozed, lost, released, failed, canceled)
 //	inbox.claims              counter of claim statements, by queue
 //	inbox.settlement.failures counter of settlements that failed (outcome failed), by queue
 //	inbox.handling.duration   histogram (s) of handler start to settlement, by queue and outcome

@@ -111,7 +111,7 @@ type Engine struct {
 	traits  contract.Traits
 	claim   ClaimFunc // the form's Claim inside cfg.ClaimMiddleware
 	stats   *Counters
-	guard   overrunGuard
+	inWork  inWork
 	every   time.Duration // a lease's extension period
 	// outage is set while the claim loop backs off from a failure: a
 	// settlement that succeeds meanwhile clears it, and the loop, told as a
@@ -183,48 +183,56 @@ func jittered(id int64, failures int, max time.Duration) time.Duration {
 	return d - time.Duration(x%1024)*(d/4)/1024
 }
 
-// overrunGuard keeps one process from running two handlers of one id: a
-// handler whose row was lost (lease or hold) and that runs on is recorded,
-// and a new handling of its id waits for it. It costs an atomic load a job
-// while none runs on.
-type overrunGuard struct {
-	n  atomic.Int64
+// inWork keeps one process from running two handlers of one id. Every
+// handler in work is recorded by its id; a new handling of an id still in
+// work (its row was claimed again) first tells the old handler its hold is
+// lost, since a row claimed again proves it (the lock or the lease is
+// someone else's now), then waits for it to return. The worker's watch
+// learns of a lost hold by itself too, but later: on MySQL a killed
+// connection is seen at the next ping, up to a second, and the server
+// frees its locks at once. A record and its removal cost a mutex and a map
+// operation a job.
+type inWork struct {
 	mu sync.Mutex
-	m  map[int64]chan struct{} // closed when that handler returns
+	m  map[int64]*watch // the watch of the worker running each id
 }
 
-// overran records that the handler of id runs on after its row was lost.
-func (g *overrunGuard) overran(id int64) {
+// enter records that the worker of watch w is about to run the handler of
+// id, once no other handler of id runs: one that does is told its hold is
+// lost, and awaited.
+func (g *inWork) enter(id int64, w *watch) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.m == nil {
-		g.m = map[int64]chan struct{}{}
+	for {
+		cur := g.m[id]
+		if cur == nil {
+			if g.m == nil {
+				g.m = map[int64]*watch{}
+			}
+			g.m[id] = w
+			g.mu.Unlock()
+			return
+		}
+		if cur.left == nil {
+			cur.left = make(chan struct{})
+		}
+		left := cur.left
+		g.mu.Unlock()
+		cur.claimedAgain(id)
+		<-left
+		g.mu.Lock()
 	}
-	g.m[id] = make(chan struct{})
-	g.n.Add(1)
 }
 
-// returned ends what overran recorded, once the handler returned.
-func (g *overrunGuard) returned(id int64) {
+// leave ends what enter recorded, once the handler of id returned.
+func (g *inWork) leave(id int64, w *watch) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if ch, ok := g.m[id]; ok {
-		close(ch)
+	if g.m[id] == w {
 		delete(g.m, id)
-		g.n.Add(-1)
-	}
-}
-
-// await waits for a handler of id that runs on after its row was lost.
-func (g *overrunGuard) await(id int64) {
-	if g.n.Load() == 0 {
-		return
-	}
-	g.mu.Lock()
-	ch := g.m[id]
-	g.mu.Unlock()
-	if ch != nil {
-		<-ch
+		if w.left != nil {
+			close(w.left)
+			w.left = nil
+		}
 	}
 }
 

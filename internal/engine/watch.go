@@ -49,6 +49,11 @@ type watch struct {
 	handled   bool      // no handler runs
 	lost      bool
 	extending chan struct{} // closed when the extension in flight ends; nil when none is
+
+	// left is closed when the handler of the id this worker runs returns,
+	// for a handling of that id that waits (see inWork); guarded by
+	// e.inWork.mu.
+	left chan struct{}
 }
 
 // newWatch returns a worker's watch.
@@ -208,7 +213,6 @@ func (w *watch) leaseEnds() time.Time {
 func (w *watch) loseLease(why string, err error) {
 	w.lost = true
 	w.e.stats.lost.Add(1)
-	w.e.guard.overran(w.j.ID)
 	w.e.logger().Warn("inbox: "+why+"; the handler is told and its outcome will change nothing", "table", w.e.cfg.Table, "id", w.j.ID, "err", err)
 	w.cancel(inboxtype.ErrLeaseLost)
 }
@@ -224,9 +228,28 @@ func (w *watch) loseHold(j *contract.Job) {
 	}
 	w.lost = true
 	w.e.stats.lost.Add(1)
-	w.e.guard.overran(w.j.ID)
 	w.e.logger().Warn("inbox: the connection holding the row ended; the handler is told and its outcome will change nothing", "table", w.e.cfg.Table, "id", w.j.ID)
 	w.cancel(inboxtype.ErrHoldLost)
+}
+
+// claimedAgain tells the handler of id, if the worker still runs it, that
+// its row was claimed again (by this process): its hold ended before the
+// watch saw it, as when the connection holding it was killed between two
+// pings on MySQL.
+func (w *watch) claimedAgain(id int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.j == nil || w.j.ID != id || w.handled || w.lost {
+		return
+	}
+	w.lost = true
+	w.e.stats.lost.Add(1)
+	w.e.logger().Warn("inbox: the row was claimed again while its handler runs: its hold had ended; the handler is told, its outcome will change nothing, and the new handling waits for it to return", "table", w.e.cfg.Table, "id", id)
+	if w.leased {
+		w.cancel(inboxtype.ErrLeaseLost)
+	} else {
+		w.cancel(inboxtype.ErrHoldLost)
+	}
 }
 
 // finish ends the watch of a handler that has returned: it waits for an
@@ -244,9 +267,7 @@ func (w *watch) finish() (lost bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	lost = w.lost
-	if lost {
-		w.e.guard.returned(w.j.ID)
-	}
+	w.e.inWork.leave(w.j.ID, w)
 	w.j, w.cancel = nil, nil
 	return lost
 }

@@ -114,7 +114,7 @@ func (w *workers) run(t task) {
 	defer w.handlers.Done()
 	watch := w.e.newWatch()
 	for ok := true; ok; {
-		w.e.guard.await(t.j.ID)
+		w.e.inWork.enter(t.j.ID, watch)
 		h := w.e.work(w.ctx, watch, t.j, t.at)
 		// A claim's Jobs may share one slab (claim.Scanner): the user's
 		// row is dropped now, so a job still in work does not keep its

@@ -155,3 +155,117 @@ func TestAcksSentAgainGiveTheirSlotsBack(t *testing.T) {
 		t.Fatalf("within 30s: %d rows handled, %d reported acked; want %d acked", handled.Load(), acked.Load(), want)
 	}
 }
+
+// againClaimer gives row 7 to its first claim, and to its second once
+// again is closed (the row claimed again after its hold ended unseen, as
+// when a connection is killed between two pings on MySQL); no rows after.
+type againClaimer struct {
+	contract.Claimer
+	again  chan struct{}
+	claims atomic.Int64
+}
+
+func (c *againClaimer) Traits() contract.Traits { return contract.Traits{} }
+func (c *againClaimer) Held() int               { return 0 }
+func (c *againClaimer) Claim(ctx context.Context, max int) ([]*contract.Job, error) {
+	switch c.claims.Add(1) {
+	case 1:
+	case 2:
+		select {
+		case <-c.again:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	default:
+		return nil, nil
+	}
+	return []*contract.Job{{ID: 7, Attempts: int(c.claims.Load()), Settler: ackStub{}}}, nil
+}
+
+// A row claimed again while its first handler runs, its hold's end not yet
+// seen by the watch, tells that handler its hold is lost at once, and the
+// second handling of the row starts only once the first returns: one
+// process never runs two handlers of one id.
+func TestRowClaimedAgainTellsTheRunningHandler(t *testing.T) {
+	c := &againClaimer{again: make(chan struct{})}
+	var (
+		mu               sync.Mutex
+		running, overlap int
+		calls            int
+	)
+	first, release := make(chan struct{}), make(chan struct{})
+	causes := make(chan error, 1)
+	events := make(chan inboxtype.Event, 4)
+	clk := clock.Host{}
+	e := New(Config{Name: "test", Table: "jobs", Workers: 2, MaxAttempts: 25, Lease: time.Minute, Timeout: time.Minute,
+		Shutdown: 10 * time.Second, Poll: 20 * time.Millisecond, Conns: 4, Clock: clk, Log: slog.New(slog.DiscardHandler),
+		Claimer: c, Wakes: make(chan struct{}), Counters: &Counters{}, Idle: NewIdle(clk),
+		Callbacks: Callbacks{
+			Handle: func(ctx context.Context, j *contract.Job) error {
+				mu.Lock()
+				running++
+				calls++
+				n := calls
+				if running > 1 {
+					overlap++
+				}
+				mu.Unlock()
+				defer func() { mu.Lock(); running--; mu.Unlock() }()
+				if n == 1 {
+					close(first)
+					<-ctx.Done()
+					causes <- context.Cause(ctx)
+					<-release // runs on, ignoring its context
+				}
+				return nil
+			},
+			Prepare: func(*contract.Job) {}, ErrorVerdict: func(error) (Verdict, time.Duration) { return Retry, 0 },
+			Observe: func(ev inboxtype.Event) { events <- ev }, Unreachable: func(error) bool { return false }, DeadConn: func(error) bool { return false }}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	within := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("within 30s: %s", what)
+		}
+	}
+	within(first, "the first handling started")
+	close(c.again)
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, inboxtype.ErrHoldLost) {
+			t.Fatalf("the first handler's context ended with %v, want ErrHoldLost", cause)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("within 30s: the first handler was not told its row was claimed again")
+	}
+	mu.Lock()
+	n := calls
+	mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d handlings of row 7 started while the first runs on, want 1", n)
+	}
+	close(release)
+	var outcomes []inboxtype.Outcome
+	for len(outcomes) < 2 {
+		select {
+		case ev := <-events:
+			outcomes = append(outcomes, ev.Outcome)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("within 30s: outcomes %v, want the lost handling and the ack", outcomes)
+		}
+	}
+	if outcomes[0] != inboxtype.Lost || outcomes[1] != inboxtype.Acked {
+		t.Errorf("outcomes %v, want [Lost Acked]", outcomes)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if overlap != 0 || calls != 2 {
+		t.Errorf("%d overlaps and %d handlings of row 7, want none and 2", overlap, calls)
+	}
+}

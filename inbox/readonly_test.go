@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"log/slog"
 	"net/url"
@@ -11,14 +12,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlinbox/sqlinbox/claim/advisory"
+	"github.com/sqlinbox/sqlinbox/claim/lease"
 	"github.com/sqlinbox/sqlinbox/claim/rowlock"
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
+	"github.com/sqlinbox/sqlinbox/internal/claim"
 )
 
-// readOnlyLog signals each claim refused as read-only.
+// readOnlyLog signals each line that names code (a refusal as
+// read-only: 25006 on Postgres, 1792 on MariaDB/MySQL).
 type readOnlyLog struct {
 	slog.Handler
+	code    string
 	refused chan struct{}
 }
 
@@ -27,7 +33,7 @@ func (h readOnlyLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
 func (h readOnlyLog) WithGroup(string) slog.Handler            { return h }
 func (h readOnlyLog) Handle(_ context.Context, r slog.Record) error {
 	r.Attrs(func(a slog.Attr) bool {
-		if strings.Contains(a.Value.String(), "25006") {
+		if strings.Contains(a.Value.String(), h.code) {
 			select {
 			case h.refused <- struct{}{}:
 			default:
@@ -65,7 +71,7 @@ func TestReadOnlyNodeThenWritable(t *testing.T) {
 	}
 	u.User = url.User(role)
 	svcURL, app := appURL(t, u.String())
-	log := readOnlyLog{Handler: slog.DiscardHandler, refused: make(chan struct{}, 1)}
+	log := readOnlyLog{Handler: slog.DiscardHandler, code: "25006", refused: make(chan struct{}, 1)}
 	b := open(t, svcURL, inbox.MaxConns(8), inbox.WithLogger(slog.New(log)))
 	table := ownTable(t, b)
 	ev := inboxtest.NewEvents(t)
@@ -137,5 +143,70 @@ func TestReadOnlyNodeThenWritable(t *testing.T) {
 		if acks[id] != 1 {
 			t.Errorf("row %d acked %d times, want once", id, acks[id])
 		}
+	}
+}
+
+// On MariaDB/MySQL every connection of the service's pool is made
+// read-only (its session's transactions: a write is refused with 1792, as
+// on a server with --read-only it is with 1290), as if the pool had landed
+// on a replica: in every form the claims refused are taken for dead
+// connections, which are dropped, not kept and retried forever; the new
+// connections take writes, and every row is acked once.
+func TestReadOnlySessionsDroppedOnMySQL(t *testing.T) {
+	for _, f := range []claim.Form{lease.Form, rowlock.Form, advisory.Form} {
+		t.Run(f.Name(), func(t *testing.T) {
+			t.Parallel()
+			base := inboxtest.MySQL(t)
+			producer := open(t, base)
+			log := readOnlyLog{Handler: slog.DiscardHandler, code: "1792", refused: make(chan struct{}, 1)}
+			const conns = 4
+			b := open(t, base, inbox.MaxConns(conns), inbox.WithLogger(slog.New(log)))
+			table := ownTable(t, b)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			held := make([]*sql.Conn, conns)
+			for i := range held {
+				c, err := b.DB().Conn(ctx)
+				if err != nil {
+					t.Fatalf("take connection %d of %d: %v", i+1, conns, err)
+				}
+				if _, err := c.ExecContext(ctx, "SET SESSION TRANSACTION READ ONLY"); err != nil {
+					t.Fatal(err)
+				}
+				held[i] = c
+			}
+			for _, c := range held {
+				c.Close() // back to the pool, read-only
+			}
+			const n = 20
+			insertInto(t, producer.DB(), table, n)
+			ev := inboxtest.NewEvents(t)
+			sub, err := inbox.Subscribe(b, inbox.MustQueue[Job](table), func(ctx context.Context, j Job) error { return nil },
+				inbox.Form(f), inbox.Workers(2), ev.Observe())
+			if err != nil {
+				t.Fatal(err)
+			}
+			inboxtest.RunSubscription(t, sub)
+			select {
+			case <-log.refused:
+			case <-time.After(30 * time.Second):
+				t.Fatal("no statement refused as read-only (1792) within 30s")
+			}
+			ev.Wait("every row acked", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) >= n })
+			acks := map[int64]int{}
+			for _, x := range ev.All() {
+				if x.Outcome == inbox.Acked {
+					acks[x.ID]++
+				}
+			}
+			for id, k := range acks {
+				if k != 1 {
+					t.Errorf("row %d acked %d times, want once", id, k)
+				}
+			}
+			if len(acks) != n {
+				t.Errorf("%d rows acked, want %d", len(acks), n)
+			}
+		})
 	}
 }

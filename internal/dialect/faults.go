@@ -67,7 +67,8 @@ func (d *Dialect) DeadConn(err error) bool {
 }
 
 // ReadOnly is Postgres's read_only_sql_transaction: the session is on a
-// standby, a demoted primary, or one made read-only.
+// standby, a demoted primary, or one made read-only. MariaDB/MySQL's are
+// 1290 (--read-only) and 1792 (a read-only transaction): mysqlReadOnly.
 const ReadOnly = "25006"
 
 // dropReadOnly closes a connection whose statement was refused as

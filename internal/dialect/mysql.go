@@ -114,7 +114,9 @@ func openMySQL(rawURL string) (*sql.DB, error) {
 	return sql.OpenDB(mysqlConnector{Connector: c, url: u.String()}), nil
 }
 
-// mysqlConnector marks the errors of a new connection as connect errors.
+// mysqlConnector marks the errors of a new connection as connect errors,
+// and drops a connection once a write on it was refused as read-only
+// (mysqlConn).
 type mysqlConnector struct {
 	driver.Connector
 	url string
@@ -125,7 +127,7 @@ func (c mysqlConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, &mysqlConnectError{url: c.url, err: err}
 	}
-	return conn, nil
+	return &mysqlConn{conn: conn}, nil
 }
 
 // mysqlConnectError is an error opening a new connection (the server
@@ -219,10 +221,11 @@ func matchedRows(ctx context.Context, db *sql.DB) (bool, error) {
 // reached or ended the connection: the driver's invalid connection, the
 // server shutting down (1053), a killed connection (1927 on MariaDB, 3169
 // on MySQL 8), one closed for inactivity (4031, MySQL 8.0.24+), too many
-// connections (1040).
+// connections (1040), a write refused as read-only (mysqlReadOnly: the
+// connection is dropped, as Postgres's 25006 is).
 func mysqlUnreachable(err error) bool {
 	var me *mysql.MySQLError
-	if errors.Is(err, mysql.ErrInvalidConn) {
+	if errors.Is(err, mysql.ErrInvalidConn) || mysqlReadOnly(err) {
 		return true
 	}
 	if errors.As(err, &me) {

@@ -149,7 +149,10 @@ func TestCancel(t *testing.T) {
 				if e.id != id || !errors.Is(e.cause, inbox.ErrCanceled) || !errors.As(e.cause, &cc) || cc.Reason != fmt.Sprintf("test %d", i) {
 					t.Fatalf("handler of row %d ended with %v, want row %d canceled", e.id, e.cause, id)
 				}
-				if res.InWork+res.Stopped != 1 || len(res.Missing) != 0 {
+				// A row an advisory handler holds looks available and is
+				// parked at once; in the other forms the held row is left
+				// to its holder.
+				if res.InWork+res.Stopped != 1 || len(res.Missing) != 0 || c.form != advisory.Form && res.InWork != 1 {
 					t.Fatalf("cancel of a row in work = %+v", res)
 				}
 				r.ev.Wait("the cancel settled", func(es []inbox.Event) bool {

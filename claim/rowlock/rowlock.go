@@ -13,7 +13,7 @@
 // that lease where attempts are counted). A read waits on the idle
 // connection while the handler runs, so a hold lost with its connection is
 // told at once (claim.Holder). The price is one pool connection per job in
-// work. It serves Postgres, MariaDB (10.6+) and MySQL (8.0+).
+// work. It serves Postgres, MariaDB (10.6+) and MySQL (8.0.13+).
 //
 //	sub, err := inbox.Subscribe(b, q, handle, inbox.Form(rowlock.Form), inbox.Workers(8))
 package rowlock

@@ -37,7 +37,7 @@ type Kind int
 const (
 	SQLite Kind = iota + 1
 	Postgres
-	// MySQL is MariaDB (10.6 or later) or MySQL (8.0 or later), through
+	// MySQL is MariaDB (10.6 or later) or MySQL (8.0.13 or later), through
 	// github.com/go-sql-driver/mysql.
 	MySQL
 )
@@ -72,7 +72,7 @@ func Of(k Kind) *Dialect { return &Dialect{Kind: k} }
 // served too. A SQLite pool must wait for the writer's lock: one whose
 // connections have no busy timeout is refused (see CheckSQLitePool); a
 // MySQL pool must read times in UTC (see CheckMySQLPool), and its server be
-// MariaDB 10.6+ or MySQL 8.0+ (see Probe).
+// MariaDB 10.6+ or MySQL 8.0.13+ (see Probe).
 func Detect(db *sql.DB) (*Dialect, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()

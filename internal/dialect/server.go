@@ -17,7 +17,8 @@ import (
 // 8's, which MariaDB runs as well.
 
 // ErrServerVersion marks a server too old for the library: MariaDB before
-// 10.6 or MySQL before 8.0 (no FOR UPDATE SKIP LOCKED, no JSON_TABLE).
+// 10.6 or MySQL before 8.0.13 (no FOR UPDATE SKIP LOCKED, no JSON_TABLE, no
+// expression defaults).
 var ErrServerVersion = errors.New("database server too old")
 
 // Server is a MariaDB or MySQL server as Probe read it.
@@ -83,34 +84,43 @@ func checkServer(s *Server) error {
 	if s.Increment < 1 {
 		s.Increment = 1
 	}
-	major, minor := versionOf(s.Version)
+	major, minor, patch := versionOf(s.Version)
 	switch {
 	case s.MariaDB && (major < 10 || major == 10 && minor < 6):
 		return fmt.Errorf("mysql: %w: MariaDB %s; the library needs MariaDB 10.6 or later (FOR UPDATE SKIP LOCKED, JSON_TABLE): upgrade the server", ErrServerVersion, s.Version)
-	case !s.MariaDB && major < 8:
-		return fmt.Errorf("mysql: %w: MySQL %s; the library needs MySQL 8.0 or later (FOR UPDATE SKIP LOCKED, JSON_TABLE), or MariaDB 10.6 or later: upgrade the server", ErrServerVersion, s.Version)
+	case !s.MariaDB && (major < 8 || major == 8 && minor == 0 && patch < 13):
+		return fmt.Errorf("mysql: %w: MySQL %s; the library needs MySQL 8.0.13 or later (FOR UPDATE SKIP LOCKED, JSON_TABLE, expression defaults such as created_at's DEFAULT (UTC_TIMESTAMP(6))), or MariaDB 10.6 or later: upgrade the server", ErrServerVersion, s.Version)
 	}
 	return nil
 }
 
-// versionOf reads the major and minor numbers at the front of a version
-// string ("10.11.6-MariaDB-1" is 10, 11); MariaDB behind a replication
-// prefix ("5.5.5-10.11.6-MariaDB") answers the part after it.
-func versionOf(v string) (major, minor int) {
+// versionOf reads the major, minor and patch numbers at the front of a
+// version string ("10.11.6-MariaDB-1" is 10, 11, 6); MariaDB behind a
+// replication prefix ("5.5.5-10.11.6-MariaDB") answers the part after it.
+func versionOf(v string) (major, minor, patch int) {
 	if rest, ok := strings.CutPrefix(v, "5.5.5-"); ok && strings.Contains(v, "MariaDB") {
 		v = rest
 	}
 	parts := strings.SplitN(v, ".", 3)
 	if len(parts) < 2 {
-		return 0, 0
+		return 0, 0, 0
 	}
 	major, _ = strconv.Atoi(parts[0])
-	digits := strings.IndexFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' })
-	if digits < 0 {
-		digits = len(parts[1])
+	minor = leadingNumber(parts[1])
+	if len(parts) == 3 {
+		patch = leadingNumber(parts[2])
 	}
-	minor, _ = strconv.Atoi(parts[1][:digits])
-	return major, minor
+	return major, minor, patch
+}
+
+// leadingNumber is the number the digits at the front of s make.
+func leadingNumber(s string) int {
+	digits := strings.IndexFunc(s, func(r rune) bool { return r < '0' || r > '9' })
+	if digits < 0 {
+		digits = len(s)
+	}
+	n, _ := strconv.Atoi(s[:digits])
+	return n
 }
 
 // Server answers what Probe read, nil before it (and but on MySQL).

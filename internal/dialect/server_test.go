@@ -24,7 +24,9 @@ func TestCheckServer(t *testing.T) {
 		{"8.0.36", false, ""},
 		{"8.4.0-commercial", false, ""},
 		{"9.1.0", false, ""},
-		{"5.7.44-log", false, "MySQL 8.0 or later"},
+		{"8.0.13", false, ""},
+		{"5.7.44-log", false, "MySQL 8.0.13 or later"},
+		{"8.0.12", false, "MySQL 8.0.13 or later"}, // no expression defaults
 	} {
 		s := Server{Version: c.version}
 		err := checkServer(&s)

@@ -1,9 +1,9 @@
 // Command bench drains the same backlog, in one process and one run, with
 // sqlinbox, with River, and with the bare claim and ack statements (the
 // floor), on Postgres and on a SQLite file, and with --mysql on MariaDB or
-// MySQL (the lease and row-lock forms beside a floor of bare SKIP LOCKED
-// transactions; no River there); it prints a table and the ratios the
-// targets are stated in, and draws jobs/s against workers.
+// MySQL (the lease, row-lock and, on MariaDB, advisory forms beside a floor
+// of bare SKIP LOCKED transactions; no River there); it prints a table and
+// the ratios the targets are stated in, and draws jobs/s against workers.
 //
 //	cd bench && go run . --pg 'postgres://postgres@127.0.0.1:5432/bench?sslmode=disable' --sqlite /tmp/bench.db --mysql mysql://root@127.0.0.1:3306/test
 //
@@ -26,6 +26,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/sqlinbox/sqlinbox/claim"
+	"github.com/sqlinbox/sqlinbox/claim/advisory"
 	"github.com/sqlinbox/sqlinbox/claim/lease"
 	"github.com/sqlinbox/sqlinbox/claim/rowlock"
 	"github.com/sqlinbox/sqlinbox/internal/benchkit"
@@ -42,6 +43,7 @@ var forms = []struct {
 }{
 	{"lease", lease.Form, nil},
 	{"rowlock", rowlock.Form, []string{"mysql"}},
+	{"advisory", advisory.Form, []string{"mysql"}},
 }
 
 // row is one measured drain.
@@ -296,6 +298,7 @@ func report(rows []row) {
 	ratio("sqlite", "sqlinbox/lease", "floor", 0.5)
 	ratio("mysql", "sqlinbox/lease", "floor", 0.5)
 	ratio("mysql", "sqlinbox/rowlock", "floor", 0)
+	ratio("mysql", "sqlinbox/advisory", "floor", 0)
 	// MariaDB's target is on the best form as well as on the lease form.
 	best, bestRate := "", 0.0
 	for k, v := range head {
@@ -327,14 +330,19 @@ func kindOf(db string) dialect.Kind {
 // instances x workers, then with the bare floor (benchkit.Floor, 4
 // loops of 100), one after the other in one run.
 func mysqlBench(ctx context.Context, u string, jobs, instances, workers int, add func(row, error)) error {
-	db, _, err := dialect.Open(u)
+	db, d, err := dialect.Open(u)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	// The server is read first: the advisory form serves MariaDB, not
+	// MySQL 8.
+	if err := d.Probe(ctx, db); err != nil {
+		return err
+	}
 	const table = "bench_jobs"
 	for _, f := range forms {
-		if f.form.Supports(dialect.Of(dialect.MySQL)) != nil || (f.dbs != nil && !slices.Contains(f.dbs, "mysql")) {
+		if f.form.Supports(d) != nil || (f.dbs != nil && !slices.Contains(f.dbs, "mysql")) {
 			continue
 		}
 		first, err := benchkit.Fill(ctx, db, table, jobs)

@@ -49,7 +49,7 @@ func (s suite) killedHolder(t *testing.T) {
 		close(started)
 		<-release
 		return nil
-	}, inbox.Form(s.form), inbox.Lease(leaseFor), victimEv.Observe(), inbox.Name("victim"))
+	}, s.with(inbox.Form(s.form), inbox.Lease(leaseFor), victimEv.Observe(), inbox.Name("victim"))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func (s suite) killedHolder(t *testing.T) {
 	sb := f.broker(t, f.url, append(survivorOpts, inbox.MaxConns(3))...)
 	var survivorSaw atomic.Int64
 	survivor, err := inbox.Subscribe(sb, f.queue, func(ctx context.Context, j Job) error { survivorSaw.Store(int64(j.Attempts)); return nil },
-		inbox.Form(s.form), inbox.Lease(leaseFor), survivorEv.Observe(), inbox.Name("survivor"))
+		s.with(inbox.Form(s.form), inbox.Lease(leaseFor), survivorEv.Observe(), inbox.Name("survivor"))...)
 	if err != nil {
 		t.Fatal(err)
 	}

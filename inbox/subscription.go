@@ -40,6 +40,7 @@ type subConfig struct {
 	timeout     time.Duration
 	name        string
 	observe     func(Event)
+	fairBy      string // FairBy's column; "" for claims in claim order
 }
 
 // Timeout sets how long one handling may run. At the deadline its context
@@ -259,6 +260,9 @@ func Subscribe[T any](b *Broker, q Queue[T], h Handler[T], opts ...SubOption) (*
 	if q.group != "" && q.shape.column(RoleGroup) == "" {
 		return nil, fmt.Errorf("inbox: subscription %q: %w: queue has group %q but %v tags no group column (`inbox:\"group\"`)", cfg.name, ErrInvalid, q.group, q.shape.typ)
 	}
+	if cfg.fairBy != "" && q.group != "" {
+		return nil, fmt.Errorf("inbox: subscription %q: %w: FairBy(%q) on a queue of group %q: its rows share one group already; subscribe to the whole table (no Group) to share claims between its values", cfg.name, ErrInvalid, cfg.fairBy, q.group)
+	}
 	if b.maxConn == 1 {
 		return nil, fmt.Errorf("inbox: subscription %q: %w: the pool holds one connection; claims need one and settlements another: give it at least 2 (%s form on %s)", cfg.name, ErrInvalid, cfg.form.Name(), b.d)
 	}
@@ -283,6 +287,14 @@ func (s *Subscription) check(ctx context.Context) error {
 	if s.grouped {
 		env.Group = s.group
 		s.poller = s.b.poller(t)
+	}
+	if s.cfg.fairBy != "" {
+		c, err := s.fairClaimer(ctx, env)
+		if err != nil {
+			return err
+		}
+		s.claimer = c
+		return nil
 	}
 	c, err := s.cfg.form.New(env)
 	if err != nil {
@@ -329,6 +341,9 @@ func (s *Subscription) start(ctx context.Context) (*engine.Engine, *notify.Waite
 		}
 	}
 	waiter := s.b.hub.Subscribe(s.table, s.group)
+	if f, ok := s.claimer.(*iclaim.Fair); ok {
+		f.SetWake(waiter.Wake)
+	}
 	s.listen(ctx)
 	return engine.New(s.engineConfig(waiter.C())), waiter, nil
 }

@@ -119,6 +119,13 @@
 // database that cannot be reached is waited for with backoff; one that
 // refuses the connection for good stops Run with a *ConnectionError.
 //
+// # Fair shares
+//
+// A subscription to the whole table takes rows in id order, so one tenant's
+// backlog holds up every row published after it. With FairBy("tenant") its
+// claims take the column's values in turn: a backlog under one value delays
+// a row of another by about one claim (docs/flow-control.md).
+//
 // # Options
 //
 // Open, New, Subscribe, Register and the publishes take functional options

@@ -22,7 +22,10 @@ func (s recordSettler) Park(_ context.Context, lastError string) error {
 	s.got <- "park: " + lastError
 	return nil
 }
-func (s recordSettler) Retry(context.Context, time.Duration, string) error { s.got <- "retry"; return nil }
+func (s recordSettler) Retry(context.Context, time.Duration, string) error {
+	s.got <- "retry"
+	return nil
+}
 
 // Cancel ends the context of the handler of its row alone, and the row is
 // parked with the cancel as its last error (or deleted, as the cancel

@@ -163,29 +163,35 @@ func fairWaits(t *testing.T, url string, form claim.Form, fair ...inbox.SubOptio
 }
 
 // TestFairByDrainRate drains the same rows with and without FairBy, over
-// one key and over 100, and logs each drain rate and the ratio: what the
-// probe for the next key and claims of one key at a time cost.
+// one key and over 100, three times each in turns, and logs the median
+// drain rates and their ratio: what the probe for the next key and claims
+// of one key at a time cost.
 func TestFairByDrainRate(t *testing.T) {
 	if testing.Short() {
-		t.Skip("drains 4 x 20k rows a database")
+		t.Skip("drains 12 x 10k rows a database")
 	}
 	eachDB(t, func(t *testing.T, url string) {
 		for _, keys := range []int{1, 100} {
-			plain := drainRate(t, url, keys)
-			fair := drainRate(t, url, keys, inbox.FairBy("group_name"))
-			t.Logf("%d keys: %.0f rows/s without FairBy, %.0f with (%.2fx)", keys, plain, fair, fair/plain)
-			if fair < plain/10 {
-				t.Errorf("%d keys: FairBy drained at %.0f rows/s, under a tenth of %.0f without it", keys, fair, plain)
+			var plain, fair []float64
+			for range 3 {
+				plain = append(plain, drainRate(t, url, keys))
+				fair = append(fair, drainRate(t, url, keys, inbox.FairBy("group_name")))
+			}
+			slices.Sort(plain)
+			slices.Sort(fair)
+			t.Logf("%s, %d keys: median %.0f rows/s without FairBy %.0f, with %.0f %.0f (%.2fx)", strings.SplitN(url, ":", 2)[0], keys, plain[1], plain, fair[1], fair, fair[1]/plain[1])
+			if fair[1] < plain[1]/10 {
+				t.Errorf("%d keys: FairBy drained at %.0f rows/s, under a tenth of %.0f without it", keys, fair[1], plain[1])
 			}
 		}
 	})
 }
 
-// drainRate publishes 20k rows over keys groups, then drains them with 8
+// drainRate publishes 10k rows over keys groups, then drains them with 8
 // workers and returns the rows handled a second.
 func drainRate(t *testing.T, url string, keys int, opts ...inbox.SubOption) float64 {
 	t.Helper()
-	const n = 20_000
+	const n = 10_000
 	b := open(t, url, inbox.MaxConns(fairWorkers+4))
 	if _, err := b.DB().Exec("DELETE FROM jobs"); err != nil {
 		t.Fatal(err)
@@ -194,7 +200,7 @@ func drainRate(t *testing.T, url string, keys int, opts ...inbox.SubOption) floa
 	if b.Dialect() == "mysql" {
 		key = fmt.Sprintf("CONCAT('k', x.i %% %d)", keys)
 	}
-	fill := fmt.Sprintf("INSERT INTO jobs (payload, group_name) WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 200) SELECT 'a', %s FROM s AS x, s AS y WHERE y.i <= 100", key)
+	fill := fmt.Sprintf("INSERT INTO jobs (payload, group_name) WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 200) SELECT 'a', %s FROM s AS x, s AS y WHERE y.i <= 50", key)
 	if _, err := b.DB().Exec(fill); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package claim
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -137,14 +136,12 @@ func (f *Fair) nextKey(ctx context.Context) (any, Claimer, error) {
 	after := f.after
 	f.mu.Unlock()
 	q := f.next.Call(after, e.Clock.Now())
-	var key any
-	var wrapped int
-	err := e.DB.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&key, &wrapped)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil, nil
-	}
+	key, err := f.probe(ctx, q)
 	if err != nil {
 		return nil, nil, fmt.Errorf("claim from %q: find the next key with rows: %w", e.Table.Unquoted, err)
+	}
+	if key == nil {
+		return nil, nil, nil
 	}
 	if b, ok := key.([]byte); ok {
 		key = string(b)
@@ -157,4 +154,31 @@ func (f *Fair) nextKey(ctx context.Context) (any, Claimer, error) {
 		return nil, nil, err
 	}
 	return key, c, nil
+}
+
+// probe runs the probe for the next key, prepared once (a claim's every
+// step sends it: on SQLite preparing it anew each time cost more than
+// running it), and returns the key, nil for none.
+func (f *Fair) probe(ctx context.Context, q dialect.Call) (any, error) {
+	stmts := f.env.Stmts
+	if stmts == nil {
+		stmts = dialect.PlainStmts(f.env.DB)
+	}
+	rows, err := stmts.QueryContext(ctx, q.SQL, q.Args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return nil, rows.Err()
+	}
+	var key any
+	var wrapped int
+	if err := rows.Scan(&key, &wrapped); err != nil {
+		return nil, err
+	}
+	if key == nil {
+		return nil, errors.New("the key column holds NULL")
+	}
+	return key, rows.Close()
 }

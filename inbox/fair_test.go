@@ -167,8 +167,8 @@ func fairWaits(t *testing.T, url string, form claim.Form, fair ...inbox.SubOptio
 // drain rates and their ratio: what the probe for the next key and claims
 // of one key at a time cost.
 func TestFairByDrainRate(t *testing.T) {
-	if testing.Short() {
-		t.Skip("drains 12 x 10k rows a database")
+	if testing.Short() || raceDetector {
+		t.Skip("drains 12 x 10k rows a database, and measures nothing under -short or the race detector")
 	}
 	eachDB(t, func(t *testing.T, url string) {
 		for _, keys := range []int{1, 100} {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package inbox_test
+
+const raceDetector = false

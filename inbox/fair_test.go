@@ -293,3 +293,90 @@ func TestFairByTableCheck(t *testing.T) {
 		ev.Wait("the row without a tenant, filled by the fix, acked", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) == 1 })
 	})
 }
+
+// Tenant is a row of a table with an integer tenant column and priorities.
+type Tenant struct {
+	ID          int64      `db:"id" inbox:"id,generated"`
+	LockedUntil *time.Time `db:"locked_until" inbox:"locked_until"`
+	Payload     []byte     `db:"payload" inbox:"payload"`
+	Priority    int16      `db:"priority" inbox:"priority"`
+	Customer    int64      `db:"customer_id"`
+}
+
+// TestFairByIntegerColumnAndPriorities: FairBy over an integer column of a
+// table with priorities asks for the index (column, priority, id), then
+// takes each customer's rows by priority, customers in turn, on every form.
+func TestFairByIntegerColumnAndPriorities(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		forms := []claim.Form{lease.Form}
+		if !strings.HasPrefix(url, "sqlite:") {
+			forms = append(forms, rowlock.Form, advisory.Form)
+		}
+		b := openPriority(t, url, true)
+		if _, err := b.DB().Exec("ALTER TABLE jobs ADD COLUMN customer_id integer NOT NULL DEFAULT 0"); err != nil {
+			t.Fatal(err)
+		}
+		q := inbox.MustQueue[Tenant]("jobs")
+		var mu sync.Mutex
+		var order []Tenant
+		handle := func(_ context.Context, j Tenant) error {
+			mu.Lock()
+			order = append(order, j)
+			mu.Unlock()
+			return nil
+		}
+		sub, err := inbox.Subscribe(b, q, handle, inbox.FairBy("customer_id"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var te *inbox.TableError
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := sub.Run(ctx); !errors.As(err, &te) || !strings.Contains(te.Fix, "customer_id") || !strings.Contains(te.Fix, "priority") {
+			t.Fatalf("FairBy on a table with priorities and no (customer_id, priority, id) index: %v", err)
+		}
+		if _, err := b.DB().Exec(te.Fix); err != nil {
+			t.Fatal(err)
+		}
+		for _, form := range forms {
+			t.Run(form.Name(), func(t *testing.T) {
+				mu.Lock()
+				order = nil
+				mu.Unlock()
+				// Customer 1 has nine rows, 2 and 3 one each; priorities
+				// run against the ids within customer 1.
+				for i := range 9 {
+					if _, err := inbox.Publish(ctx, b, q, Tenant{Customer: 1, Priority: int16(9 - i), Payload: []byte("p")}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, c := range []int64{2, 3} {
+					if _, err := inbox.Publish(ctx, b, q, Tenant{Customer: c, Priority: 5, Payload: []byte("p")}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				ev := inboxtest.NewEvents(t)
+				sub, err := inbox.Subscribe(b, q, handle, inbox.FairBy("customer_id"), inbox.Form(form), ev.Observe())
+				if err != nil {
+					t.Fatal(err)
+				}
+				stop := inboxtest.RunSubscription(t, sub)
+				ev.Wait("11 rows acked", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) == 11 })
+				stop()
+				mu.Lock()
+				defer mu.Unlock()
+				var ones []int16
+				for i, j := range order {
+					if j.Customer == 1 {
+						ones = append(ones, j.Priority)
+					} else if i > 3 {
+						t.Errorf("customer %d's row handled %d-th, behind customer 1's rows: %v", j.Customer, i+1, order)
+					}
+				}
+				if !slices.IsSorted(ones) || len(ones) != 9 {
+					t.Errorf("customer 1's priorities in the order handled: %v, want 1 to 9", ones)
+				}
+			})
+		}
+	})
+}

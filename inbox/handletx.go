@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/claim/slots"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
 
@@ -62,15 +63,16 @@ func handleTx(ctx context.Context, b *Broker, j *claim.Job, h func(context.Conte
 	if j.Err != nil {
 		return j.Err
 	}
-	if lender, ok := j.Settler.(claim.TxLender); ok {
+	st := slots.Unwrap(j.Settler) // the form's own, under a limit's slot
+	if lender, ok := st.(claim.TxLender); ok {
 		return handleHeldTx(ctx, lender.LendTx(), h)
 	}
-	acker, ok := j.Settler.(claim.TxAcker)
+	acker, ok := st.(claim.TxAcker)
 	if !ok {
 		return fmt.Errorf("inbox: row %d: its claim form cannot ack inside a transaction", j.ID)
 	}
 	var tx *sql.Tx
-	if tb, ok := j.Settler.(claim.TxBeginner); ok {
+	if tb, ok := st.(claim.TxBeginner); ok {
 		// On the connection that holds the row (advisory); given back to
 		// the form after the rollback or commit below.
 		if tx, err = tb.BeginTx(ctx); err != nil {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/claim"
 	"github.com/sqlinbox/sqlinbox/claim/lease"
 	iclaim "github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/claim/slots"
 	"github.com/sqlinbox/sqlinbox/internal/engine"
 	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 	"github.com/sqlinbox/sqlinbox/notify"
@@ -41,6 +43,7 @@ type subConfig struct {
 	name        string
 	observe     func(Event)
 	fairBy      string // FairBy's column; "" for claims in claim order
+	limit       *limitConfig
 }
 
 // Timeout sets how long one handling may run. At the deadline its context
@@ -182,6 +185,8 @@ type Subscription struct {
 	handleJob func(ctx context.Context, j *iclaim.Job) error
 
 	claimer iclaim.Claimer
+	// limiter keeps the subscription's Limit; nil without one.
+	limiter *slots.Limiter
 	// deco is what its service adds around its claims and handlings (set
 	// by the service's Run; empty otherwise).
 	deco    decoration
@@ -212,6 +217,11 @@ func (s *Subscription) WaitIdle(ctx context.Context) error { return s.idle.Wait(
 //		Released int64 // rows given back unstarted (at shutdown; a claim's spare rows also at a pause, or when one waited two thirds of its lease)
 //		Failed   int64 // settlements that failed (the row comes back after its lease)
 //		Canceled int64 // rows canceled by an operator while in work, parked or deleted
+//		// LimitRefused counts rows a claim took whose key value had no slot
+//		// of its Limit left when they asked (claimers racing for the last
+//		// slot): given back unstarted, their attempt returned. Rows of a
+//		// value whose slots were taken before the claim are not taken at all.
+//		LimitRefused int64
 //		// PickupFallback says why rows other processes write wait for the poll
 //		// although notifications were asked for (Broker.Pickup); "" when not.
 //		PickupFallback string
@@ -222,6 +232,9 @@ type Stats = inboxtype.Stats
 // fallback.
 func (s *Subscription) Stats() Stats {
 	st := s.stats.Read()
+	if s.limiter != nil {
+		st.LimitRefused = s.limiter.Refused()
+	}
 	st.PickupFallback = s.b.pickup.Fallback
 	return st
 }
@@ -282,6 +295,11 @@ func (s *Subscription) check(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if s.cfg.limit != nil {
+		if err := s.checkLimit(ctx, &t.Table); err != nil {
+			return err
+		}
+	}
 	env := iclaim.Env{DB: s.b.db, Stmts: s.b.stmts, Writer: s.b.writer, Dialect: s.b.d, Table: t, SQL: s.b.inboxSQL(t), Clock: s.b.clock,
 		Lease: s.cfg.lease, Rescan: s.b.poll, Conns: s.b.claimConns(), Budget: s.b.budget, Transactional: s.handleJob != nil}
 	if s.grouped {
@@ -301,6 +319,9 @@ func (s *Subscription) check(ctx context.Context) error {
 		return fmt.Errorf("inbox: subscription %q: %w", s.cfg.name, err)
 	}
 	s.claimer = c
+	if s.cfg.limit != nil {
+		s.newLimiter(t.Table, c)
+	}
 	return nil
 }
 
@@ -320,8 +341,23 @@ func (s *Subscription) Run(ctx context.Context) error {
 	defer waiter.Close()
 	s.eng.Store(e)
 	defer s.eng.Store(nil)
+	if s.limiter != nil {
+		defer s.beat(ctx)()
+	}
 	e.Run(ctx)
 	return nil
+}
+
+// beat runs the limiter's heartbeat until the func it returns is called,
+// which then waits for the slots freed so far to be written: the slots of
+// rows in work outlive ctx by the shutdown timeout.
+//
+//go:noinline
+func (s *Subscription) beat(ctx context.Context) func() {
+	beat, stop := context.WithCancel(context.WithoutCancel(ctx))
+	beating := make(chan struct{})
+	go func() { defer close(beating); s.limiter.Heartbeat(beat) }()
+	return func() { stop(); <-beating; s.limiter.Wait() }
 }
 
 // start checks the table (once), subscribes to wakes and makes the
@@ -384,9 +420,16 @@ func (s *Subscription) engineConfig(wakes <-chan struct{}) engine.Config {
 		c.Handle = s.handleJob
 	}
 	c.Handle = s.started(c.Handle)
+	if s.limiter != nil {
+		c.Handle = withSlot(c.Handle)
+	}
 	c.Prepare = func(j *iclaim.Job) { s.shape.setLease(reflect.ValueOf(j.Value).Elem(), j.Lease) }
 	c.ErrorVerdict = errorVerdict
 	c.ClaimMiddleware = s.deco.claims
+	if s.limiter != nil {
+		// Innermost: what the hooks report claimed is what starts.
+		c.ClaimMiddleware = append(slices.Clone(c.ClaimMiddleware), s.limitClaims())
+	}
 	c.Paused = s.deco.paused
 	c.Unreachable, c.DeadConn = s.b.d.Unreachable, s.b.d.DeadConn
 	c.Observe = s.observer()

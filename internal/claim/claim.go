@@ -137,6 +137,7 @@ type Scanner struct {
 	dest  []any
 	lease any
 	att   sql.NullInt64
+	key   sql.NullString
 	jobs  []Job
 }
 
@@ -154,12 +155,18 @@ func (s *Scanner) Scan(scan func(dest ...any) error) (*Job, error) {
 	j := &s.jobs[len(s.jobs)-1]
 	s.lease, s.att = nil, sql.NullInt64{}
 	value, dest := s.t.New(append(s.dest[:0], &j.ID, &s.lease, &s.att))
+	if s.t.Limit.On() {
+		s.key = sql.NullString{}
+		dest = append(dest, &s.key)
+	}
 	s.dest = dest
 	if err := scan(dest...); err != nil {
 		// Scan again (database/sql allows it on the same row) with the
 		// user's fields discarded, to learn which row it is.
 		for i := 3; i < len(dest); i++ {
-			dest[i] = new(any)
+			if dest[i] != &s.key {
+				dest[i] = new(any)
+			}
 		}
 		if err2 := scan(dest...); err2 != nil {
 			return nil, fmt.Errorf("scan a row of %q: %w", s.t.Unquoted, err)
@@ -171,6 +178,7 @@ func (s *Scanner) Scan(scan func(dest ...any) error) (*Job, error) {
 		return nil, fmt.Errorf("table %q row %d: locked_until: %w", s.t.Unquoted, j.ID, err)
 	}
 	j.Lease, j.Attempts, j.Value = at, int(s.att.Int64), value
+	j.Key, j.Keyed = s.key.String, s.key.Valid
 	clear(s.dest) // hold no user value past its row
 	return j, nil
 }

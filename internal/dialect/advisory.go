@@ -40,12 +40,12 @@ func (w inboxTable) lockAvailable() LockAvailableSQL {
 	UNION ALL
 	SELECT n.id, n.pri, pg_try_advisory_lock($4::int, (n.id %% 4294967296)::bigint::bit(32)::int), w.got + w.locked::int, w.steps + 1
 	FROM walk w CROSS JOIN LATERAL (
-		SELECT %s AS id, %s AS pri FROM %s WHERE %s%s AND %s ORDER BY %s LIMIT 1
+		SELECT %s AS id, %s AS pri FROM %s WHERE %s%s%s AND %s ORDER BY %s LIMIT 1
 	) n
 	WHERE w.got + w.locked::int < $2 AND w.steps < $6
 )
 SELECT id, locked, pri FROM walk WHERE steps > 0`,
-		t.ID, pri, t.Name, w.available(1), w.group(3), next, w.claimOrder()))}
+		t.ID, pri, t.Name, w.limitCond(), w.available(1), w.group(3), next, w.claimOrder()))}
 }
 
 // Call walks the rows of group available at now after the row (afterPri,

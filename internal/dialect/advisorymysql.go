@@ -52,9 +52,9 @@ func (w inboxTable) mysqlAdvisory(s *InboxSQL) {
 	// worth trying; one taken by another session between the look and the
 	// lock comes back unlocked.
 	s.LockAvailable = LockAvailableSQL{text: w.text(fmt.Sprintf(`SELECT c.id, COALESCE(GET_LOCK(%s, 0), 0) = 1, c.pri FROM (
-	SELECT %s AS id, %s AS pri FROM %s WHERE %s%s AND %s AND IS_FREE_LOCK(%s) ORDER BY %s LIMIT $2
+	SELECT %s AS id, %s AS pri FROM %s WHERE %s%s%s AND %s AND IS_FREE_LOCK(%s) ORDER BY %s LIMIT $2
 ) AS c`,
-		advisoryName("$4", "c.id"), t.ID, pri, t.Name, w.available(1), w.group(3), next, advisoryName("$4", t.ID), w.claimOrder())), limited: true}
+		advisoryName("$4", "c.id"), t.ID, pri, t.Name, w.limitCond(), w.available(1), w.group(3), next, advisoryName("$4", t.ID), w.claimOrder())), limited: true}
 	s.Reread = RereadSQL{text: w.text(fmt.Sprintf("SELECT %s FROM %s WHERE %s AND %s IN ", w.returning(), t.Name, w.available(1), t.ID)), inline: true}
 	if t.Attempts != "" {
 		s.CountLocked = CountLockedSQL{w.text(fmt.Sprintf("UPDATE %s SET %s = %s + 1 WHERE %s AND %s IN ", t.Name, t.Attempts, t.Attempts, w.available(1), t.ID))}

@@ -16,7 +16,7 @@ func (w inboxTable) claimable(now, group, from int, cond string) string {
 	if w.resumes() {
 		resume = w.from(from)
 	}
-	return fmt.Sprintf("FROM %s WHERE %s%s%s%s ORDER BY %s", w.t.Name, resume, cond, w.available(now), w.group(group), w.claimOrder())
+	return fmt.Sprintf("FROM %s WHERE %s%s%s%s%s ORDER BY %s", w.t.Name, resume, cond, w.limitCond(), w.available(now), w.group(group), w.claimOrder())
 }
 
 // claimUpdate leases the rows of where (a claimable), at most parameter 3

@@ -26,6 +26,10 @@ type Table struct {
 	// Blocks is the table's block sequence, quoted, "" for none: claims of
 	// a backlog then take blocks of ids from it (see InboxSQL.Ticket).
 	Blocks string
+	// Limit is the subscription's limit per key value (see limit.go), zero
+	// for none: claims pass over the rows of a key value whose slots are
+	// all taken, and return the key as text after Columns.
+	Limit Limit
 }
 
 // InboxSQL is every statement the claim forms run on one table. Each is a
@@ -202,7 +206,7 @@ func (w inboxTable) returning() string {
 	if len(w.t.Columns) > 0 {
 		r += ", " + strings.Join(w.t.Columns, ", ")
 	}
-	return r
+	return r + w.limitReturning()
 }
 
 // available is the condition of a row available at the time in parameter n.

@@ -46,6 +46,9 @@ func (w inboxTable) mysqlClaims(s *InboxSQL) {
 		}
 		sel = append(sel, c)
 	}
+	if l := w.limitReturning(); l != "" {
+		sel = append(sel, l[2:])
+	}
 	s.ClaimLease = ClaimLeaseSQL{w.text(fmt.Sprintf("SELECT %s %s LIMIT $3%s", strings.Join(sel, ", "), w.claimable(2, 4, 5, ""), w.d.SkipLocked())), w.resumes()}
 	// The row-lock form: its first step where the table counts attempts
 	// is ClaimHold's select then ClaimThen, committed; the holder's

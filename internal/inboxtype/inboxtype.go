@@ -93,6 +93,11 @@ type Stats struct {
 	Released int64 // rows given back unstarted (at shutdown; a claim's spare rows also at a pause, or when one waited two thirds of its lease)
 	Failed   int64 // settlements that failed (the row comes back after its lease)
 	Canceled int64 // rows canceled by an operator while in work, parked or deleted
+	// LimitRefused counts rows a claim took whose key value had no slot
+	// of its Limit left when they asked (claimers racing for the last
+	// slot): given back unstarted, their attempt returned. Rows of a
+	// value whose slots were taken before the claim are not taken at all.
+	LimitRefused int64
 	// PickupFallback says why rows other processes write wait for the poll
 	// although notifications were asked for (Broker.Pickup); "" when not.
 	PickupFallback string

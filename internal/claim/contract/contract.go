@@ -132,6 +132,11 @@ type Job struct {
 	// running the handler, so it is retried and parked like any failure
 	// instead of stalling every claim that meets it.
 	Err error
+	// Key is the row's key value as text where its subscription has a
+	// limit per key (Keyed false when the key is NULL: the row is not
+	// limited).
+	Key   string
+	Keyed bool
 	Settler
 }
 

@@ -1,0 +1,161 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
+	"github.com/sqlinbox/sqlinbox/internal/claim/slots"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/internal/engine"
+)
+
+// limitConfig is a subscription's limit per key value.
+type limitConfig struct {
+	name   string // "" until Subscribe names it after the table
+	column string
+	max    int
+}
+
+// Limit caps the rows with the same value in column that are in work at
+// once, across every instance and in every claim form, at n: a claim
+// passes over the rows of a value whose n slots are all taken, so they stay
+// available, use no attempt and are not retried; when a handling of the
+// value ends, its slot frees and the next row of that value is claimable
+// at once (subscriptions of the table in this process are woken, and on
+// Postgres with notifications on, every instance). Rows whose column is
+// NULL are not limited.
+//
+// Each row in work holds a slot, a row of the table sqlinbox_limit_slots
+// (create it with migrations.ApplyLimits), whose primary key caps the slots
+// of a value at n. A slot lasts as long as its row's hold: in the lease
+// form, the lease (extended with it); in the row-lock and advisory forms,
+// a lease of its own as long as Lease, extended every third of it while
+// the process lives. So a holder that dies keeps its slot until its hold
+// would have ended, never less; the next claim after that frees it (at
+// most a poll later). A handler reads its slot, and its fence, with
+// SlotFrom.
+//
+// The limit is named after the table and column ("table:column"): every
+// subscription of the table that limits that column shares it, whatever
+// its group. SharedLimit names one that several tables share. Run checks
+// that the column exists. Bound: a column name, n at least 1.
+func Limit(column string, n int) SubOption {
+	return SharedLimit("", column, n)
+}
+
+// SharedLimit is Limit under a name of its own: subscriptions (of any
+// tables) that give the same name, column values alike and the same n share
+// its slots, so at most n rows of one value are in work among all of them.
+// Bound: name of 1 to 200 letters, digits and _ . : / - ("" names it after
+// the table and column, as Limit does).
+func SharedLimit(name, column string, n int) SubOption {
+	return func(c *subConfig) error {
+		if column == "" {
+			return fmt.Errorf("inbox: %w: Limit(%q, %d): name the key column", ErrInvalid, column, n)
+		}
+		if n < 1 {
+			return fmt.Errorf("inbox: %w: Limit(%q, %d): give at least 1 row in work per value", ErrInvalid, column, n)
+		}
+		if name != "" {
+			if err := dialect.ValidLimitName(name); err != nil {
+				return fmt.Errorf("inbox: %w: SharedLimit(%q, %q, %d): %v", ErrInvalid, name, column, n, err)
+			}
+		}
+		c.limit = &limitConfig{name: name, column: column, max: n}
+		return nil
+	}
+}
+
+// LimitSlot is the slot of a limit that a handling holds (see Limit).
+type LimitSlot struct {
+	Limit string // the limit's name
+	Key   string // the row's key value, as text
+	Slot  int    // below the limit's n
+	// Fence is the slot's fencing number: a later holder of the same slot
+	// has a greater one while the hosts' clocks agree within a lease (the
+	// lease form's own assumption). A downstream system that keeps the
+	// greatest fence it saw per key and slot refuses a holder that ran on
+	// past the end of its hold.
+	Fence int64
+}
+
+type slotKey struct{}
+
+// SlotFrom returns the limit slot held by the handling whose context is
+// ctx, false when its subscription has no limit or its row's key is NULL.
+func SlotFrom(ctx context.Context) (LimitSlot, bool) {
+	s, ok := ctx.Value(slotKey{}).(LimitSlot)
+	return s, ok
+}
+
+// checkLimit checks the limit's column and the slot table, and sets the
+// limit into t.
+func (s *Subscription) checkLimit(ctx context.Context, t *dialect.Table) error {
+	l := s.cfg.limit
+	d := s.b.d
+	cols, err := d.Columns(ctx, s.b.db, s.table)
+	if err != nil {
+		return fmt.Errorf("inbox: subscription %q: limit on column %q: %w", s.cfg.name, l.column, err)
+	}
+	if !slices.ContainsFunc(cols, func(c dialect.Column) bool { return c.Name == l.column }) {
+		return tableError(s.table, []TableProblem{{Column: l.column,
+			Problem: fmt.Sprintf("does not exist, and subscription %q limits rows in work per value of it (inbox.Limit)", s.cfg.name),
+			Fix:     fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s TEXT (or limit a column the table has)", d.Quote(s.table), d.Quote(l.column))}})
+	}
+	q := d.Slots("").Probe()
+	var n int
+	if err := s.b.db.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&n); err != nil {
+		return fmt.Errorf("inbox: subscription %q: limit on column %q: the slot table %s cannot be read (create it with migrations.ApplyLimits(ctx, db)): %w", s.cfg.name, l.column, dialect.LimitTable, err)
+	}
+	name := l.name
+	if name == "" {
+		name = s.table + ":" + l.column
+		if err := dialect.ValidLimitName(name); err != nil {
+			return fmt.Errorf("inbox: subscription %q: %w: Limit(%q, %d): %v; name the limit with SharedLimit", s.cfg.name, ErrInvalid, l.column, l.max, err)
+		}
+	}
+	t.Limit = dialect.Limit{Name: name, Key: d.Quote(l.column), Max: l.max}
+	return nil
+}
+
+// newLimiter makes the subscription's limiter once its form is made.
+func (s *Subscription) newLimiter(t dialect.Table, c contract.Claimer) {
+	channel := ""
+	if s.b.listener != nil {
+		channel = s.table
+	}
+	s.limiter = slots.New(slots.Config{DB: s.b.db, SQL: s.b.d.Slots(channel), Writer: s.b.writer, Clock: s.b.clock,
+		Limit: t.Limit, Table: s.table, HoldExpires: c.Traits().HoldExpires, TTL: s.cfg.lease, Sweep: s.b.poll,
+		Freed: func() { s.b.hub.Wake(s.table, "") }, Log: s.b.log.With("subscription", s.cfg.name)})
+}
+
+// limitClaims is the claim middleware of a limited subscription: it sweeps
+// expired slots, and gives the rows the form claimed their slots (see
+// slots.Limiter.Take).
+func (s *Subscription) limitClaims() engine.ClaimMiddleware {
+	l := s.limiter
+	return func(ctx context.Context, max int, next engine.ClaimFunc) ([]*contract.Job, error) {
+		l.BeforeClaim(ctx)
+		jobs, err := next(ctx, max)
+		if len(jobs) == 0 {
+			return jobs, err
+		}
+		out, terr := l.Take(ctx, jobs)
+		if err == nil && terr != nil {
+			err = fmt.Errorf("inbox: subscription %q: %w", s.cfg.name, terr)
+		}
+		return out, err
+	}
+}
+
+// withSlot gives the handler's context the slot its job holds.
+func withSlot(handle func(context.Context, *contract.Job) error) func(context.Context, *contract.Job) error {
+	return func(ctx context.Context, j *contract.Job) error {
+		if sl, ok := slots.Of(j); ok {
+			ctx = context.WithValue(ctx, slotKey{}, LimitSlot(sl))
+		}
+		return handle(ctx, j)
+	}
+}

@@ -101,6 +101,9 @@ func benchThroughput(ctx context.Context, args []string) error {
 	rounds := fs.Int("rounds", 1, "with --procs: times to run the whole sweep")
 	waits := fs.Bool("waits", false, "with --procs on Postgres: sample pg_stat_activity's wait events every 10 ms during each drain")
 	noBlocks := fs.Bool("no-blocks", false, "with --procs: drop the table's block sequence after the fill (a control: processes' claims then all start from the table's leading edge; see migrations.ApplyClaimBlocks)")
+	limit := fs.Int("limit", 0, "drain under inbox.Limit(\"customer\", N): the fill keys each row id modulo --keys")
+	keys := fs.Int("keys", 1000, "with --limit or --keyed: key values")
+	keyed := fs.Bool("keyed", false, "fill the key column as --limit does, and drain without a limit (the control)")
 	ownTables := fs.Bool("own-tables", false, "with --procs: each process drains a table of its own (TABLE_0, TABLE_1, ...) holding its share of the rows, a control: the rate no way of sharing one table can beat")
 	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
@@ -133,6 +136,11 @@ func benchThroughput(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *limit > 0 || *keyed {
+		if err := benchkit.KeyRows(ctx, setup.DB(), *table, *keys); err != nil {
+			return err
+		}
+	}
 	tr := benchkit.NewTracker(first, *jobs)
 	// The fill runs in this process too: its peak is read here and the
 	// kernel's peak reset, so the drain's peak is the drain's alone.
@@ -162,7 +170,7 @@ func benchThroughput(ctx context.Context, args []string) error {
 	cpu0 := cpuSeconds()
 	res, derr := benchkit.Drain(ctx, benchkit.Config{URL: *db, Table: *table, Form: form, Instances: *instances,
 		Workers: *workers, Conns: *conns, Notify: *notifyOn, Jobs: *jobs, Progress: os.Stderr, Timeout: *timeout,
-		Halfway: halfway}, tr)
+		Halfway: halfway, Limit: *limit}, tr)
 	// cpu_us_per_job is this process's CPU; machine_cpu_us_per_job every
 	// core's, the Postgres server's share and any other load included.
 	drainCPU := cpuSeconds() - cpu0
@@ -185,8 +193,8 @@ func benchThroughput(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("form=%s db=%s jobs=%d instances=%d workers=%d notify=%t seconds=%.3f jobs_per_sec=%.0f duplicates=%d lost=%d remaining=%d stray=%d claims=%d max_rss_mb=%.1f fill_peak_rss_mb=%.1f drain_peak_rss_mb=%.1f drain_steady_rss_mb=%.1f drain_anon_mb=%.1f drain_file_mb=%.1f drain_go_mb=%.1f drain_heap_mb=%.1f drain_stacks_mb=%.1f drain_goroutines=%d cpu_us_per_job=%.1f machine_cpu_us_per_job=%.1f\n",
-		*formName, dbKind(*db), *jobs, *instances, *workers, *notifyOn, res.Seconds, res.JobsPerSec,
+	fmt.Printf("form=%s db=%s jobs=%d instances=%d workers=%d notify=%t limit=%d keys=%d seconds=%.3f jobs_per_sec=%.0f duplicates=%d lost=%d remaining=%d stray=%d claims=%d max_rss_mb=%.1f fill_peak_rss_mb=%.1f drain_peak_rss_mb=%.1f drain_steady_rss_mb=%.1f drain_anon_mb=%.1f drain_file_mb=%.1f drain_go_mb=%.1f drain_heap_mb=%.1f drain_stacks_mb=%.1f drain_goroutines=%d cpu_us_per_job=%.1f machine_cpu_us_per_job=%.1f\n",
+		*formName, dbKind(*db), *jobs, *instances, *workers, *notifyOn, *limit, *keys, res.Seconds, res.JobsPerSec,
 		tr.Duplicates(), tr.Lost(), remaining, tr.Stray(), res.Claims, procPeak,
 		fillPeak, drainPeak, steady, at.AnonMB, at.FileMB, at.GoMB, at.HeapMB, at.StacksMB, at.Goroutine,
 		drainCPU*1e6/float64(max(*jobs, 1)), res.CPUPerJob(*jobs))

@@ -38,6 +38,9 @@ type Config struct {
 	// registry (its tables must exist: migrations.ApplyRegistry), to
 	// measure what the registry costs.
 	Registry bool
+	// Limit, when positive, drains under inbox.Limit("customer", Limit):
+	// the table needs the column (see KeyRows).
+	Limit int
 	// Halfway, if set, is called once when half the rows are acknowledged,
 	// with the drain running (a heap profile of its steady state).
 	Halfway func()
@@ -102,6 +105,9 @@ func Drain(ctx context.Context, cfg Config, tr *Tracker) (Result, error) {
 		sopts := []inbox.SubOption{inbox.Workers(cfg.Workers), inbox.ShutdownTimeout(10 * time.Second)}
 		if cfg.Form != nil {
 			sopts = append(sopts, inbox.Form(cfg.Form))
+		}
+		if cfg.Limit > 0 {
+			sopts = append(sopts, inbox.Limit("customer", cfg.Limit))
 		}
 		sub, err := inbox.Subscribe(b, q, handler, sopts...)
 		if err != nil {

@@ -10,17 +10,26 @@ import (
 // The statements of limits per key (inbox.Limit), every dialect, in one
 // place.
 //
-// The table (migrations/*/limit.sql) keeps one row per slot in use, primary
-// key (limit_name, key_value, slot) with slot below the limit: the key
-// itself caps the rows of one key value in work, as sqlinbox_locks caps a
-// lock's holders. A claim passes over the rows of a key value that has as
-// many slot rows as its limit (Limit.cond, written into the claim); the
-// rows it takes then take a slot each (Take), and the insert that finds
-// its slot taken is the arbiter: that row is given back unstarted. A slot
-// row is deleted when its row is settled (Free) and by the sweep once its
-// expiry has passed (Sweep); until then it counts, so a holder that died
-// keeps its slot until its hold's end. Times are Unix microseconds on the
-// claimer's clock, so one encoding serves every inbox table's.
+// The table (migrations/*/limit.sql) keeps one row per slot of a key value,
+// primary key (limit_name, key_value, slot) with slot below the limit: the
+// key itself caps the rows of one key value in work, as sqlinbox_locks caps
+// a lock's holders. A slot is held while its holder is not ''. A claim
+// passes over the rows of a key value whose held slots number its limit
+// (Limit.cond, written into the claim); the rows it takes then take a slot
+// each (Take: an insert, or an update of a free slot's row), and the one
+// that finds its slot held by another claimer loses it: that row is given
+// back unstarted. A slot is freed when its row is settled (Free) and by the
+// sweep once its expiry has passed (Sweep); until then it counts, so a
+// holder that died keeps its slot until its hold's end.
+//
+// A slot's row stays when the slot frees, its holder emptied: the take and
+// the free that follow update columns no index holds, so on Postgres they
+// are HOT updates, where an insert and a delete a handling left an index
+// entry behind each, which every claim's count walked until a vacuum (a
+// drain over 1000 keys ran at a quarter of its rate without a limit). The
+// sweep deletes the rows of slots free for a while (FreeRowsAfter). Times
+// are Unix microseconds on the claimer's clock, so one encoding serves
+// every inbox table's.
 
 // LimitTable is the table of limit slots.
 const LimitTable = "sqlinbox_limit_slots"
@@ -67,14 +76,14 @@ func (d *Dialect) keyText(col string) string {
 
 // limitCond is the claim's condition (and its AND) that a row's key value
 // has a slot left: rows whose key is NULL are not limited. It counts the
-// slot rows, live or expired: the sweep deletes expired ones.
+// slots held, live or expired: the sweep frees expired ones.
 func (w inboxTable) limitCond() string {
 	l := w.t.Limit
 	if !l.On() {
 		return ""
 	}
 	k := w.t.Name + "." + l.Key
-	return fmt.Sprintf("(%s IS NULL OR (SELECT COUNT(*) FROM %s ls WHERE ls.limit_name = '%s' AND ls.key_value = %s) < %d) AND ",
+	return fmt.Sprintf("(%s IS NULL OR (SELECT COUNT(*) FROM %s ls WHERE ls.limit_name = '%s' AND ls.key_value = %s AND ls.holder <> '') < %d) AND ",
 		k, LimitTable, l.Name, w.d.keyText(k), l.Max)
 }
 
@@ -87,11 +96,15 @@ func (w inboxTable) limitReturning() string {
 	return ", " + w.d.keyText(w.t.Name+"."+w.t.Limit.Key)
 }
 
+// FreeRowsAfter is how long a free slot's row stays for the next take of
+// its key value before the sweep deletes it.
+const FreeRowsAfter = 10 * time.Minute
+
 // SlotSQL is every statement of the limit slots.
 type SlotSQL struct {
 	kind Kind
-	// Notify, on Postgres, names the channel Free notifies when it frees
-	// the slot of a key value that had all its slots taken ("" for none).
+	// notify, on Postgres, is the channel Free notifies when it frees the
+	// slot of a key value whose slots were all held ("" for none).
 	notify string
 }
 
@@ -107,27 +120,38 @@ func (d *Dialect) Slots(channel string) SlotSQL {
 
 // param is placeholder n in the dialect's own words.
 func (s SlotSQL) param(n int) string {
-	if s.kind == Postgres {
+	switch s.kind {
+	case Postgres:
 		return "$" + strconv.Itoa(n)
-	}
-	if s.kind == SQLite {
+	case SQLite:
 		return "?" + strconv.Itoa(n)
 	}
 	return "?"
 }
 
-// Occupied reads the slots in use (expired or not) of the key values of
+// list writes n placeholders from from on, comma separated.
+func (s SlotSQL) list(from, n int) string {
+	ps := make([]string, n)
+	for i := range ps {
+		ps[i] = s.param(from + i)
+	}
+	return strings.Join(ps, ", ")
+}
+
+// Occupied reads the slots held (expired or not) of the key values of
 // limit name: one row of key_value, slot each.
 func (s SlotSQL) Occupied(name string, keys []string) Call {
+	if s.kind == Postgres {
+		// Arrays: one text, one plan, whatever the number of keys.
+		return Call{SQL: "SELECT key_value, slot FROM " + LimitTable + " WHERE limit_name = $1 AND key_value = ANY($2::text[]) AND holder <> ''", Args: []any{name, keys}}
+	}
 	args := make([]any, 0, len(keys)+1)
 	args = append(args, name)
-	ps := make([]string, len(keys))
-	for i, k := range keys {
-		ps[i] = s.param(i + 2)
+	for _, k := range keys {
 		args = append(args, k)
 	}
 	return Call{SQL: "SELECT key_value, slot FROM " + LimitTable + " WHERE limit_name = " + s.param(1) +
-		" AND key_value IN (" + strings.Join(ps, ", ") + ")", Args: args}
+		" AND key_value IN (" + s.list(2, len(keys)) + ") AND holder <> ''", Args: args}
 }
 
 // SlotWant is one slot a claim asks for.
@@ -138,27 +162,28 @@ type SlotWant struct {
 	Expires time.Time
 }
 
-// Take inserts the slots wanted, for holder with fence, skipping those
-// taken already. Where it returns rows (Returns), one row_id per slot
-// taken; elsewhere (MySQL) Taken reads them back.
+// Take takes the slots wanted that are free, for holder with fence. Where
+// it returns rows (Returns), one row_id per slot taken; elsewhere (MySQL)
+// Taken reads them back.
 func (s SlotSQL) Take(name, holder string, fence int64, want []SlotWant) Call {
-	args := make([]any, 0, 3+4*len(want))
-	args = append(args, name, holder, fence)
-	var b strings.Builder
-	n := 4
-	for i, w := range want {
-		if i > 0 {
-			b.WriteString(", ")
+	const cols = " (limit_name, key_value, slot, holder, fence, expires_at, row_id) "
+	switch s.kind {
+	case Postgres:
+		keys, slots, exp, ids := make([]string, len(want)), make([]int64, len(want)), make([]int64, len(want)), make([]int64, len(want))
+		for i, w := range want {
+			keys[i], slots[i], exp[i], ids[i] = w.Key, int64(w.Slot), w.Expires.UnixMicro(), w.RowID
 		}
-		fmt.Fprintf(&b, "(%s, %s, %s, %s, %s, %s, %s)", s.param(1), s.param(n), s.param(n+1), s.param(2), s.param(3), s.param(n+2), s.param(n+3))
-		n += 4
-		args = append(args, w.Key, w.Slot, w.Expires.UnixMicro(), w.RowID)
-	}
-	cols := " (limit_name, key_value, slot, holder, fence, expires_at, row_id) VALUES "
-	if s.kind == MySQL {
-		// MySQL's ? are positional: every placeholder takes its own argument.
-		args = args[:0]
-		b.Reset()
+		return Call{SQL: "INSERT INTO " + LimitTable + " AS ls" + cols + `
+SELECT $1, k, s, $2, $3, e, r FROM unnest($4::text[], $5::int[], $6::bigint[], $7::bigint[]) AS w(k, s, e, r)
+ON CONFLICT (limit_name, key_value, slot) DO UPDATE
+    SET holder = excluded.holder, fence = excluded.fence, expires_at = excluded.expires_at, row_id = excluded.row_id
+    WHERE ls.holder = ''
+RETURNING row_id`, Args: []any{name, holder, fence, keys, slots, exp, ids}}
+	case MySQL:
+		// Each assignment reads the columns as the ones before it left
+		// them: holder, which they all test, is set last.
+		var b strings.Builder
+		args := make([]any, 0, 7*len(want))
 		for i, w := range want {
 			if i > 0 {
 				b.WriteString(", ")
@@ -166,9 +191,27 @@ func (s SlotSQL) Take(name, holder string, fence int64, want []SlotWant) Call {
 			b.WriteString("(?, ?, ?, ?, ?, ?, ?)")
 			args = append(args, name, w.Key, w.Slot, holder, fence, w.Expires.UnixMicro(), w.RowID)
 		}
-		return Call{SQL: "INSERT IGNORE INTO " + LimitTable + cols + b.String(), Args: args}
+		return Call{SQL: "INSERT INTO " + LimitTable + cols + "VALUES " + b.String() + `
+ON DUPLICATE KEY UPDATE fence = IF(holder = '', VALUES(fence), fence), expires_at = IF(holder = '', VALUES(expires_at), expires_at),
+    row_id = IF(holder = '', VALUES(row_id), row_id), holder = IF(holder = '', VALUES(holder), holder)`, Args: args}
 	}
-	return Call{SQL: "INSERT INTO " + LimitTable + cols + b.String() + " ON CONFLICT DO NOTHING RETURNING row_id", Args: args}
+	var b strings.Builder
+	args := make([]any, 0, 3+4*len(want))
+	args = append(args, name, holder, fence)
+	n := 4
+	for i, w := range want {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "(?1, ?%d, ?%d, ?2, ?3, ?%d, ?%d)", n, n+1, n+2, n+3)
+		n += 4
+		args = append(args, w.Key, w.Slot, w.Expires.UnixMicro(), w.RowID)
+	}
+	return Call{SQL: "INSERT INTO " + LimitTable + cols + "VALUES " + b.String() + `
+ON CONFLICT (limit_name, key_value, slot) DO UPDATE
+    SET holder = excluded.holder, fence = excluded.fence, expires_at = excluded.expires_at, row_id = excluded.row_id
+    WHERE ` + LimitTable + `.holder = ''
+RETURNING row_id`, Args: args}
 }
 
 // Returns says Take returns the slots it took.
@@ -187,27 +230,34 @@ type SlotHeld struct {
 	Fence int64
 }
 
-// Free deletes the slots of holder given (fenced, so a slot swept and taken
-// by another is not freed). On Postgres with a channel it notifies it (an
-// empty payload: every subscription of the table) when a freed slot's key
-// value had max slot rows.
-func (s SlotSQL) Free(name, holder string, max int, held []SlotHeld) Call {
-	args := make([]any, 0, 2+3*len(held))
-	args = append(args, name, holder)
-	if s.kind == MySQL {
-		args = args[:0]
-		var b strings.Builder
+// Free frees the slots of holder given (fenced, so a slot swept and taken
+// by another is not freed), at now. On Postgres with a channel it notifies
+// it (an empty payload: every subscription of the table) when a freed
+// slot's key value had all max slots held.
+func (s SlotSQL) Free(name, holder string, max int, now time.Time, held []SlotHeld) Call {
+	if s.kind == Postgres {
+		keys, slots, fences := make([]string, len(held)), make([]int64, len(held)), make([]int64, len(held))
 		for i, h := range held {
-			if i > 0 {
-				b.WriteString(" OR ")
-			}
-			b.WriteString("(key_value = ? AND slot = ? AND fence = ?)")
-			args = append(args, h.Key, h.Slot, h.Fence)
+			keys[i], slots[i], fences[i] = h.Key, int64(h.Slot), h.Fence
 		}
-		return Call{SQL: "DELETE FROM " + LimitTable + " WHERE limit_name = ? AND holder = ? AND (" + b.String() + ")", Args: append([]any{name, holder}, args...)}
+		upd := "UPDATE " + LimitTable + ` ls SET holder = '', expires_at = $6
+FROM unnest($3::text[], $4::int[], $5::bigint[]) AS f(k, s, fe)
+WHERE ls.limit_name = $1 AND ls.holder = $2 AND ls.key_value = f.k AND ls.slot = f.s AND ls.fence = f.fe`
+		args := []any{name, holder, keys, slots, fences, now.UnixMicro()}
+		if s.notify == "" {
+			return Call{SQL: upd, Args: args}
+		}
+		// The count reads the table as the statement found it: max held
+		// then means the key value was full, and a claimer may be passing
+		// its rows over.
+		return Call{SQL: fmt.Sprintf(`WITH freed AS (%s RETURNING ls.key_value)
+SELECT pg_notify(%s, '') FROM (SELECT DISTINCT key_value FROM freed) f
+WHERE (SELECT COUNT(*) FROM %s c WHERE c.limit_name = $1 AND c.key_value = f.key_value AND c.holder <> '') >= %d`,
+			upd, quoteLiteral(s.notify), LimitTable, max), Args: args}
 	}
 	var b strings.Builder
-	n := 3
+	args := []any{now.UnixMicro(), name, holder}
+	n := 4
 	for i, h := range held {
 		if i > 0 {
 			b.WriteString(" OR ")
@@ -216,17 +266,8 @@ func (s SlotSQL) Free(name, holder string, max int, held []SlotHeld) Call {
 		n += 3
 		args = append(args, h.Key, h.Slot, h.Fence)
 	}
-	del := "DELETE FROM " + LimitTable + " WHERE limit_name = " + s.param(1) + " AND holder = " + s.param(2) + " AND (" + b.String() + ")"
-	if s.notify == "" {
-		return Call{SQL: del, Args: args}
-	}
-	// The count reads the table as the statement found it: max rows then
-	// means the key value was full, and a claimer may be passing its rows
-	// over.
-	return Call{SQL: fmt.Sprintf(`WITH freed AS (%s RETURNING key_value)
-SELECT pg_notify(%s, '') FROM (SELECT DISTINCT key_value FROM freed) f
-WHERE (SELECT COUNT(*) FROM %s ls WHERE ls.limit_name = $1 AND ls.key_value = f.key_value) >= %d`,
-		del, quoteLiteral(s.notify), LimitTable, max), Args: args}
+	return Call{SQL: "UPDATE " + LimitTable + " SET holder = '', expires_at = " + s.param(1) + " WHERE limit_name = " + s.param(2) +
+		" AND holder = " + s.param(3) + " AND (" + b.String() + ")", Args: args}
 }
 
 // Notifies says Free returns rows (it notifies), to be read or discarded.
@@ -245,16 +286,23 @@ func (s SlotSQL) Heartbeat(name, holder string, expires time.Time) Call {
 		LimitTable, s.param(1), s.param(2), s.param(3)), Args: []any{expires.UnixMicro(), name, holder}}
 }
 
-// Sweep deletes the slots of limit name whose expiry is at or before now.
+// Sweep frees the slots of limit name held past their expiry at now.
 func (s SlotSQL) Sweep(name string, now time.Time) Call {
-	return Call{SQL: fmt.Sprintf("DELETE FROM %s WHERE limit_name = %s AND expires_at <= %s", LimitTable, s.param(1), s.param(2)),
+	return Call{SQL: fmt.Sprintf("UPDATE %s SET holder = '' WHERE limit_name = %s AND holder <> '' AND expires_at <= %s", LimitTable, s.param(1), s.param(2)),
 		Args: []any{name, now.UnixMicro()}}
 }
 
-// InUse counts the slots in use of limit name, live at now: one row of
+// Prune deletes the rows of limit name's slots free since before
+// FreeRowsAfter from now.
+func (s SlotSQL) Prune(name string, now time.Time) Call {
+	return Call{SQL: fmt.Sprintf("DELETE FROM %s WHERE limit_name = %s AND holder = '' AND expires_at <= %s", LimitTable, s.param(1), s.param(2)),
+		Args: []any{name, now.Add(-FreeRowsAfter).UnixMicro()}}
+}
+
+// InUse counts the slots held of limit name, live at now: one row of
 // key_value and count per key value, the fullest first, at most max rows.
 func (s SlotSQL) InUse(name string, now time.Time, max int) Call {
-	return Call{SQL: fmt.Sprintf("SELECT key_value, COUNT(*) FROM %s WHERE limit_name = %s AND expires_at > %s GROUP BY key_value ORDER BY COUNT(*) DESC, key_value LIMIT %d",
+	return Call{SQL: fmt.Sprintf("SELECT key_value, COUNT(*) FROM %s WHERE limit_name = %s AND holder <> '' AND expires_at > %s GROUP BY key_value ORDER BY COUNT(*) DESC, key_value LIMIT %d",
 		LimitTable, s.param(1), s.param(2), max), Args: []any{name, now.UnixMicro()}}
 }
 

@@ -1,7 +1,8 @@
--- The slots of limits per key (inbox.Limit): one row per row in work of a
--- key value, the primary key capping them (slot is below the limit). A
--- settlement deletes its row; a claim's sweep deletes those whose expiry
--- (Unix microseconds) has passed.
+-- The slots of limits per key (inbox.Limit): one row per slot of a key
+-- value, the primary key capping them (slot is below the limit). A
+-- slot is held while holder is not ''; a settlement frees it, and a claim's
+-- sweep frees those whose expiry (Unix microseconds) has passed, keeping
+-- the row for the key's next take (deleted once free for ten minutes).
 CREATE TABLE IF NOT EXISTS sqlinbox_limit_slots (
     limit_name text   NOT NULL,
     key_value  text   NOT NULL,
@@ -11,4 +12,4 @@ CREATE TABLE IF NOT EXISTS sqlinbox_limit_slots (
     expires_at bigint NOT NULL,
     row_id     bigint NOT NULL,
     PRIMARY KEY (limit_name, key_value, slot)
-)
+) WITH (fillfactor = 50) -- room on each page for takes and frees as HOT updates

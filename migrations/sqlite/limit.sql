@@ -1,7 +1,8 @@
--- The slots of limits per key (inbox.Limit): one row per row in work of a
--- key value, the primary key capping them (slot is below the limit). A
--- settlement deletes its row; a claim's sweep deletes those whose expiry
--- (Unix microseconds) has passed.
+-- The slots of limits per key (inbox.Limit): one row per slot of a key
+-- value, the primary key capping them (slot is below the limit). A
+-- slot is held while holder is not ''; a settlement frees it, and a claim's
+-- sweep frees those whose expiry (Unix microseconds) has passed, keeping
+-- the row for the key's next take (deleted once free for ten minutes).
 CREATE TABLE IF NOT EXISTS sqlinbox_limit_slots (
     limit_name TEXT    NOT NULL,
     key_value  TEXT    NOT NULL,

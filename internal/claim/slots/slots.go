@@ -60,6 +60,7 @@ type Limiter struct {
 
 	mu      sync.Mutex
 	swept   time.Time
+	pruned  time.Time
 	held    int // slots held, for the heartbeat
 	refused atomic.Int64
 	freeing sync.WaitGroup // frees queued and not yet flushed
@@ -109,7 +110,12 @@ func Unwrap(s contract.Settler) contract.Settler {
 	return s
 }
 
-// BeforeClaim sweeps the limit's expired slots, at most once a Sweep.
+// pruneEvery is how often a limiter deletes the rows of slots free for
+// long (dialect.FreeRowsAfter).
+const pruneEvery = time.Minute
+
+// BeforeClaim frees the limit's expired slots, at most once a Sweep, and
+// deletes the rows of slots long free, at most once a pruneEvery.
 func (l *Limiter) BeforeClaim(ctx context.Context) {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
@@ -117,13 +123,20 @@ func (l *Limiter) BeforeClaim(ctx context.Context) {
 	if due {
 		l.swept = now
 	}
-	l.mu.Unlock()
-	if !due {
-		return
+	prune := now.Sub(l.pruned) >= pruneEvery
+	if prune {
+		l.pruned = now
 	}
-	q := l.cfg.SQL.Sweep(l.cfg.Limit.Name, now)
-	if err := l.exec(ctx, q); err != nil && ctx.Err() == nil {
-		l.cfg.Log.Warn("inbox: could not delete the expired slots of a limit; they are deleted at the next claim a poll later", "limit", l.cfg.Limit.Name, "table", l.cfg.Table, "err", err)
+	l.mu.Unlock()
+	if due {
+		if err := l.exec(ctx, l.cfg.SQL.Sweep(l.cfg.Limit.Name, now)); err != nil && ctx.Err() == nil {
+			l.cfg.Log.Warn("inbox: could not free the expired slots of a limit; they are freed at the next claim a poll later", "limit", l.cfg.Limit.Name, "table", l.cfg.Table, "err", err)
+		}
+	}
+	if prune {
+		if err := l.exec(ctx, l.cfg.SQL.Prune(l.cfg.Limit.Name, now)); err != nil && ctx.Err() == nil {
+			l.cfg.Log.Warn("inbox: could not delete the rows of a limit's slots free for long", "limit", l.cfg.Limit.Name, "table", l.cfg.Table, "err", err)
+		}
 	}
 }
 
@@ -342,7 +355,7 @@ func (l *Limiter) giveBack(jobs []*contract.Job, _ error) {
 func (l *Limiter) flushFree(batch []dialect.SlotHeld, errs []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), contract.SettleTimeout)
 	defer cancel()
-	q := l.cfg.SQL.Free(l.cfg.Limit.Name, l.holder, l.cfg.Limit.Max, batch)
+	q := l.cfg.SQL.Free(l.cfg.Limit.Name, l.holder, l.cfg.Limit.Max, l.cfg.Clock.Now(), batch)
 	var err error
 	if l.cfg.SQL.Notifies() {
 		var rows *sql.Rows

@@ -1,0 +1,86 @@
+package readme_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/inboxtest"
+	"github.com/sqlinbox/sqlinbox/migrations"
+)
+
+// docs/flow-control.md, "Limits per key".
+type RenderJob struct {
+	ID          int64      `db:"id" inbox:"id,generated"`
+	LockedUntil *time.Time `db:"locked_until" inbox:"locked_until"`
+	Payload     []byte     `db:"payload" inbox:"payload"`
+	Attempts    int        `db:"attempts" inbox:"attempts"`
+	CustomerID  string     `db:"customer_id"`
+}
+
+// docs/flow-control.md, "Limits per key".
+const renderJobsSQLite = `CREATE TABLE render_jobs (
+    id           INTEGER PRIMARY KEY,
+    locked_until INTEGER,
+    payload      BLOB NOT NULL,
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    customer_id  TEXT NOT NULL
+)`
+
+// docs/flow-control.md, "Limits per key".
+func subscribeRenders(b *inbox.Broker, render func(ctx context.Context, job RenderJob, fence int64) error) (*inbox.Subscription, error) {
+	renders := inbox.MustQueue[RenderJob]("render_jobs")
+	return inbox.Subscribe(b, renders, func(ctx context.Context, job RenderJob) error {
+		slot, _ := inbox.SlotFrom(ctx) // which of the customer's 2 slots, and its fence
+		return render(ctx, job, slot.Fence)
+	}, inbox.Workers(8), inbox.Limit("customer_id", 2))
+}
+
+// The flow-control guide's sample: 8 workers, 3 customers of 6 renders
+// each, never more than 2 of a customer at once.
+func TestRenderLimit(t *testing.T) {
+	ctx := context.Background()
+	url := inboxtest.SQLite(t)
+	db := inboxtest.Open(t, url)
+	if _, err := db.ExecContext(ctx, renderJobsSQLite); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.ApplyLimits(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 18 {
+		if _, err := db.ExecContext(ctx, "INSERT INTO render_jobs (payload, customer_id) VALUES ('p', ?)", []string{"a", "b", "c"}[i%3]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := inboxtest.NewBroker(t, url)
+	var mu sync.Mutex
+	now, done := map[string]int{}, make(chan struct{}, 18)
+	sub, err := subscribeRenders(b, func(ctx context.Context, job RenderJob, fence int64) error {
+		mu.Lock()
+		now[job.CustomerID]++
+		if now[job.CustomerID] > 2 || fence <= 0 {
+			t.Errorf("customer %s: %d renders at once, fence %d", job.CustomerID, now[job.CustomerID], fence)
+		}
+		mu.Unlock()
+		time.Sleep(2 * time.Millisecond) // the render
+		mu.Lock()
+		now[job.CustomerID]--
+		mu.Unlock()
+		done <- struct{}{}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inboxtest.RunSubscription(t, sub)
+	for i := range 18 {
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of 18 renders within 30s", i)
+		}
+	}
+}

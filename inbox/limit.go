@@ -40,7 +40,8 @@ type limitConfig struct {
 // The limit is named after the table and column ("table:column"): every
 // subscription of the table that limits that column shares it, whatever
 // its group. SharedLimit names one that several tables share. Run checks
-// that the column exists. Bound: a column name, n at least 1.
+// that the column exists. Bound: a column name, n at least 1; not with
+// FairBy (Subscribe refuses the two together).
 func Limit(column string, n int) SubOption {
 	return SharedLimit("", column, n)
 }

@@ -297,8 +297,9 @@ func TestLimitRefusals(t *testing.T) {
 	b := open(t, inboxtest.SQLite(t))
 	q := inbox.MustQueue[Job]("jobs")
 	h := func(context.Context, Job) error { return nil }
-	for _, o := range []inbox.SubOption{inbox.Limit("customer", 0), inbox.Limit("", 1), inbox.SharedLimit("bad name", "customer", 1)} {
-		if _, err := inbox.Subscribe(b, q, h, o); !errors.Is(err, inbox.ErrInvalid) {
+	for _, o := range [][]inbox.SubOption{{inbox.Limit("customer", 0)}, {inbox.Limit("", 1)}, {inbox.SharedLimit("bad name", "customer", 1)},
+		{inbox.Limit("customer", 1), inbox.FairBy("customer")}} {
+		if _, err := inbox.Subscribe(b, q, h, o...); !errors.Is(err, inbox.ErrInvalid) {
 			t.Errorf("Subscribe: %v, want ErrInvalid", err)
 		}
 	}

@@ -273,6 +273,11 @@ func Subscribe[T any](b *Broker, q Queue[T], h Handler[T], opts ...SubOption) (*
 	if q.group != "" && q.shape.column(RoleGroup) == "" {
 		return nil, fmt.Errorf("inbox: subscription %q: %w: queue has group %q but %v tags no group column (`inbox:\"group\"`)", cfg.name, ErrInvalid, q.group, q.shape.typ)
 	}
+	if cfg.fairBy != "" && cfg.limit != nil {
+		// The probe for the next value would meet values whose slots are all
+		// held and claim nothing from them: not served yet.
+		return nil, fmt.Errorf("inbox: subscription %q: %w: FairBy(%q) with a Limit on %q: the two are not served together yet; use one of them", cfg.name, ErrInvalid, cfg.fairBy, cfg.limit.column)
+	}
 	if cfg.fairBy != "" && q.group != "" {
 		return nil, fmt.Errorf("inbox: subscription %q: %w: FairBy(%q) on a queue of group %q: its rows share one group already; subscribe to the whole table (no Group) to share claims between its values", cfg.name, ErrInvalid, cfg.fairBy, q.group)
 	}

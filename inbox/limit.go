@@ -82,6 +82,15 @@ type LimitSlot struct {
 	Fence int64
 }
 
+// Limit returns the subscription's limit per key: its column and n, zero
+// values without one.
+func (s *Subscription) Limit() (column string, n int) {
+	if l := s.cfg.limit; l != nil {
+		return l.column, l.max
+	}
+	return "", 0
+}
+
 type slotKey struct{}
 
 // SlotFrom returns the limit slot held by the handling whose context is

@@ -29,10 +29,17 @@ func TestGaugesEndWithTheService(t *testing.T) {
 			if err := migrations.Apply(ctx, b.DB(), "jobs"); err != nil {
 				t.Fatal(err)
 			}
+			// A limited queue: its refusals are counted.
+			if err := migrations.ApplyLimits(ctx, b.DB()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.DB().ExecContext(ctx, "ALTER TABLE jobs ADD COLUMN customer TEXT"); err != nil {
+				t.Fatal(err)
+			}
 			reader := sdkmetric.NewManualReader()
 			svc := inbox.NewService("invoices", "1", b)
 			svc.Signals = false
-			if _, err := inbox.Handle(svc, inbox.MustQueue[job]("jobs"), func(context.Context, job) error { return nil }); err != nil {
+			if _, err := inbox.Handle(svc, inbox.MustQueue[job]("jobs"), func(context.Context, job) error { return nil }, inbox.Limit("customer", 2)); err != nil {
 				t.Fatal(err)
 			}
 			if err := inboxotel.Instrument(svc, inboxotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))); err != nil {
@@ -47,6 +54,9 @@ func TestGaugesEndWithTheService(t *testing.T) {
 						if g, ok := m.Data.(metricdata.Gauge[int64]); ok {
 							points[m.Name] += len(g.DataPoints)
 						}
+						if c, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "inbox.limit.refused" {
+							points[m.Name] += len(c.DataPoints)
+						}
 					}
 				}
 				return points, err
@@ -59,8 +69,8 @@ func TestGaugesEndWithTheService(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if running["inbox.rows"] != 4 || running["inbox.workers.total"] != 1 {
-				t.Fatalf("while running: gauge points %v, want 4 of inbox.rows and 1 of inbox.workers.total", running)
+			if running["inbox.rows"] != 4 || running["inbox.workers.total"] != 1 || running["inbox.limit.refused"] != 1 {
+				t.Fatalf("while running: gauge points %v, want 4 of inbox.rows, 1 of inbox.workers.total and 1 of inbox.limit.refused", running)
 			}
 			cancel()
 			if err := <-done; err != nil {

@@ -18,6 +18,8 @@
 //	inbox.rows                gauge of rows by queue and state (available, held, delayed, parked), read at collection
 //	inbox.workers.busy        gauge of rows claimed and not yet settled, by queue
 //	inbox.workers.total       gauge of workers, by queue
+//	inbox.limit.refused       counter of rows given back unstarted because another claimer took
+//	                          their key's last slot first, by queue (queues with inbox.Limit)
 //
 // Locks and schedules: NewLocker measures a lock.Locker's takes, and
 // ScheduleHandler a schedule's runs (see each).
@@ -322,7 +324,11 @@ func (in *instruments) gauges(m metric.Meter, svc *inbox.Service, subs []*inbox.
 	if err != nil {
 		return nil, err
 	}
-	insts := []metric.Observable{busy, total}
+	refused, err := m.Int64ObservableCounter("inbox.limit.refused", metric.WithDescription("Rows a claim took and gave back unstarted because another claimer took their key's last slot of its Limit first, by queue (subscriptions with a Limit only; rows whose key's slots were all held before the claim are not taken at all)."))
+	if err != nil {
+		return nil, err
+	}
+	insts := []metric.Observable{busy, total, refused}
 	var rows metric.Int64ObservableGauge
 	if !cfg.NoRowGauge {
 		rows, err = m.Int64ObservableGauge("inbox.rows", metric.WithDescription("Rows by queue and state (available, held, delayed, parked), of the first CountLimit rows in id order."))
@@ -337,12 +343,19 @@ func (in *instruments) gauges(m metric.Meter, svc *inbox.Service, subs []*inbox.
 	}
 	return m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		workers, busyBy := map[string]int64{}, map[string]int64{}
+		refusedBy := map[string]int64{}
 		refs := map[string]inbox.QueueRef{}
 		for _, s := range subs {
 			q := queueName(s)
 			workers[q] += int64(s.Workers())
 			busyBy[q] += in.busy[s].Load()
 			refs[q] = s.Queue()
+			if _, n := s.Limit(); n > 0 {
+				refusedBy[q] += s.Stats().LimitRefused
+			}
+		}
+		for q, n := range refusedBy {
+			o.ObserveInt64(refused, n, metric.WithAttributes(attribute.String("queue", q)))
 		}
 		var errs []error
 		for q := range workers {

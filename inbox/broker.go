@@ -56,6 +56,7 @@ type Broker struct {
 	pollers   sync.Map                 // idle pollers (*engine.Poller) by table (see pollers.go)
 	sqls      sync.Map                 // each table's statements (dialect.InboxSQL), see pollers.go
 	checking  map[any]*checkCall       // table checks in flight (see checkShared)
+	histories map[string]*tableHistory // tables' histories by table (see History)
 }
 
 // ErrInvalid is wrapped by every refusal of an option's value or of an

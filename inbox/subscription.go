@@ -42,8 +42,9 @@ type subConfig struct {
 	timeout     time.Duration
 	name        string
 	observe     func(Event)
-	fairBy      string // FairBy's column; "" for claims in claim order
+	fairBy      string        // FairBy's column; "" for claims in claim order
 	limit       *limitConfig
+	history     time.Duration // History's retention; zero for none
 }
 
 // Timeout sets how long one handling may run. At the deadline its context
@@ -187,6 +188,7 @@ type Subscription struct {
 	claimer iclaim.Claimer
 	// limiter keeps the subscription's Limit; nil without one.
 	limiter *slots.Limiter
+	history *iclaim.History // where acks move rows (History); nil: they delete
 	// deco is what its service adds around its claims and handlings (set
 	// by the service's Run; empty otherwise).
 	deco    decoration
@@ -307,6 +309,11 @@ func (s *Subscription) check(ctx context.Context) error {
 	}
 	env := iclaim.Env{DB: s.b.db, Stmts: s.b.stmts, Writer: s.b.writer, Dialect: s.b.d, Table: t, SQL: s.b.inboxSQL(t), Clock: s.b.clock,
 		Lease: s.cfg.lease, Rescan: s.b.poll, Conns: s.b.claimConns(), Budget: s.b.budget, Transactional: s.handleJob != nil}
+	if s.cfg.history > 0 {
+		if env.History, err = checkHistory(ctx, s.b, s.table, s.shape, t); err != nil {
+			return err
+		}
+	}
 	if s.grouped {
 		env.Group = s.group
 		s.poller = s.b.poller(t)
@@ -323,7 +330,7 @@ func (s *Subscription) check(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("inbox: subscription %q: %w", s.cfg.name, err)
 	}
-	s.claimer = c
+	s.claimer, s.history = c, env.History
 	if s.cfg.limit != nil {
 		s.newLimiter(t.Table, c)
 	}
@@ -348,6 +355,9 @@ func (s *Subscription) Run(ctx context.Context) error {
 	defer s.eng.Store(nil)
 	if s.limiter != nil {
 		defer s.beat(ctx)()
+	}
+	if s.history != nil {
+		defer s.b.startPrune(s, s.history)()
 	}
 	e.Run(ctx)
 	return nil

@@ -23,6 +23,7 @@ import (
 	"hash/fnv"
 	"math"
 	"sync/atomic"
+	"time"
 
 	"github.com/sqlinbox/sqlinbox/internal/claim"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
@@ -188,8 +189,12 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 		return nil, nil
 	}
 	p.refs = len(jobs)
+	var claimed time.Time
+	if c.env.History != nil {
+		claimed = c.env.Clock.Now()
+	}
 	for _, j := range jobs {
-		j.Settler = &held{p: p, id: j.ID}
+		j.Settler = &held{p: p, id: j.ID, claimed: claimed}
 	}
 	p.watch.Start()
 	return jobs, nil

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,6 +92,14 @@ type held struct {
 	id   int64
 	done bool // guarded by p.mu
 	inTx bool // deleted by the handler's transaction (tx.go); guarded by p.mu
+	// claimed is when the claim took the row, for the history's duration
+	// (set only where the subscription keeps a history).
+	claimed time.Time
+}
+
+// moved is the row on its way into the history.
+func (h *held) moved() dialect.Fenced {
+	return dialect.Fenced{ID: h.id, Took: h.p.c.env.Clock.Now().Sub(h.claimed)}
 }
 
 // settle queues the job's settlement on its pin and waits for it: one
@@ -153,10 +162,14 @@ func (p *pin) flush(batch []settlement, errs []error) {
 func (p *pin) execAcks(ctx context.Context, batch []settlement, errs []error, acks []int) (dirty bool) {
 	e := &p.c.env
 	ids := make([]int64, len(acks))
+	var moved []dialect.Fenced
 	for k, i := range acks {
 		ids[k] = batch[i].h.id
+		if e.History != nil {
+			moved = append(moved, batch[i].h.moved())
+		}
 	}
-	deleted, err, uerr := p.ackMany(ctx, ids)
+	deleted, err, uerr := p.ackMany(ctx, ids, moved)
 	for _, i := range acks {
 		s := &batch[i]
 		switch {
@@ -227,14 +240,21 @@ var errNoPipeline = errors.New("advisory: the connection is not a pgx connection
 // it reads the unlock. err is the delete's failure (it rolled back; the
 // rows are unlocked unchanged); uerr the unlock's (the session may keep
 // locks: it must end).
-func (p *pin) ackMany(ctx context.Context, ids []int64) (deleted map[int64]bool, err, uerr error) {
+//
+// With a history (moved, the rows with their durations), the rows are moved
+// into it rather than deleted.
+func (p *pin) ackMany(ctx context.Context, ids []int64, moved []dialect.Fenced) (deleted map[int64]bool, err, uerr error) {
 	e := &p.c.env
 	rerr := p.conn.Raw(func(dc any) error {
 		sc, ok := dc.(*stdlib.Conn)
 		if !ok {
 			return errNoPipeline
 		}
-		deleted, err, uerr = pipelineAck(ctx, sc.Conn().PgConn(), e.SQL, p.c.class, ids)
+		del := dialect.Call{SQL: e.SQL.DeleteMany.SQL(), Args: []any{idArray(ids)}}
+		if e.History != nil {
+			del = e.History.SQL.MoveLocked.Call(moved, e.Clock.Now(), e.History.Instance)[0]
+		}
+		deleted, err, uerr = pipelineAck(ctx, sc.Conn().PgConn(), del, e.SQL.Unlock.SQL(), p.c.class, ids)
 		return nil
 	})
 	if !errors.Is(rerr, errNoPipeline) {
@@ -246,7 +266,13 @@ func (p *pin) ackMany(ctx context.Context, ids []int64) (deleted map[int64]bool,
 	deleted = make(map[int64]bool, len(ids))
 	for try := 1; ; try++ {
 		clear(deleted)
-		err = p.deleteMany(ctx, ids, deleted)
+		if e.History != nil {
+			var m map[int64]bool
+			m, err = e.History.Move(ctx, p.conn, p.begin, moved, false, e.Clock.Now())
+			maps.Copy(deleted, m)
+		} else {
+			err = p.deleteMany(ctx, ids, deleted)
+		}
 		if err == nil || try == conflictTries || !e.Dialect.Conflict(err) {
 			break
 		}
@@ -260,6 +286,11 @@ func (p *pin) ackMany(ctx context.Context, ids []int64) (deleted map[int64]bool,
 // database rolled back for a conflict (MariaDB: a deadlock, 1213, or a
 // lock wait timeout, 1205) is sent.
 const conflictTries = 3
+
+// begin opens a transaction on the pin's connection.
+func (p *pin) begin(ctx context.Context) (*sql.Tx, error) {
+	return p.conn.BeginTx(ctx, p.c.env.Dialect.HoldTx())
+}
 
 // deleteMany deletes rows ids and marks in deleted those it deleted.
 func (p *pin) deleteMany(ctx context.Context, ids []int64, deleted map[int64]bool) error {
@@ -283,12 +314,12 @@ func (p *pin) deleteMany(ctx context.Context, ids []int64, deleted map[int64]boo
 // trip. Each Sync ends an implicit transaction: the delete commits, its WAL
 // flushed, before the server reads the unlock; a failed delete rolls back
 // at its Sync and the unlock still runs.
-func pipelineAck(ctx context.Context, pc *pgconn.PgConn, q *dialect.InboxSQL, class int32, ids []int64) (deleted map[int64]bool, err, uerr error) {
+func pipelineAck(ctx context.Context, pc *pgconn.PgConn, del dialect.Call, unlock string, class int32, ids []int64) (deleted map[int64]bool, err, uerr error) {
 	arr := idArray(ids)
 	pl := pc.StartPipeline(ctx)
-	pl.SendQueryParams(q.DeleteMany.SQL(), [][]byte{arr}, nil, nil, nil)
+	pl.SendQueryParams(del.SQL, textParams(del.Args), nil, nil, nil)
 	pl.SendPipelineSync()
-	pl.SendQueryParams(q.Unlock.SQL(), [][]byte{[]byte(strconv.Itoa(int(class))), arr}, nil, nil, nil)
+	pl.SendQueryParams(unlock, [][]byte{[]byte(strconv.Itoa(int(class))), arr}, nil, nil, nil)
 	if err := pl.Sync(); err != nil {
 		pl.Close()
 		return nil, err, err
@@ -317,6 +348,25 @@ func pipelineAck(ctx context.Context, pc *pgconn.PgConn, q *dialect.InboxSQL, cl
 		uerr = cerr
 	}
 	return deleted, err, uerr
+}
+
+// textParams writes a statement's arguments in Postgres's text format:
+// those of DeleteMany and of a move into the history (bytes, text, times).
+func textParams(args []any) [][]byte {
+	out := make([][]byte, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case []byte:
+			out[i] = v
+		case string:
+			out[i] = []byte(v)
+		case time.Time:
+			out[i] = v.UTC().AppendFormat(nil, "2006-01-02 15:04:05.999999Z07:00")
+		default:
+			out[i] = fmt.Append(nil, v)
+		}
+	}
+	return out
 }
 
 // readRows reads the next result of the pipeline and passes the first

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
 
 // BeginTx opens the handler's transaction on the connection that holds the
@@ -40,6 +41,19 @@ func (h *held) EndTx() { h.p.watch.Start() }
 // delete may still roll back.
 func (h *held) AckTx(ctx context.Context, tx *sql.Tx) error {
 	e := &h.p.c.env
+	if e.History != nil {
+		moved, err := e.History.Move(ctx, tx, nil, []dialect.Fenced{h.moved()}, false, e.Clock.Now())
+		if err != nil {
+			return fmt.Errorf("ack row %d of %q (advisory) in the handler's transaction: move it into the history: %w", h.id, e.Table.Unquoted, err)
+		}
+		if !moved[h.id] {
+			return fmt.Errorf("ack row %d of %q (advisory) in the handler's transaction: %w", h.id, e.Table.Unquoted, claim.ErrLost)
+		}
+		h.p.mu.Lock()
+		h.inTx = true
+		h.p.mu.Unlock()
+		return nil
+	}
 	q := e.SQL.Delete.Call(h.id)
 	res, err := tx.ExecContext(ctx, q.SQL, q.Args...)
 	if err != nil {

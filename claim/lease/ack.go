@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"time"
@@ -59,10 +60,10 @@ func (a *acker) claimed(n int) { a.commit.Expect(n) }
 // settled counts a job settled without an ack (retried, parked, released).
 func (a *acker) settled() { a.commit.Drop() }
 
-func (a *acker) ack(ctx context.Context, id int64, lease time.Time) error {
-	err := a.commit.Do(ctx, dialect.Fenced{ID: id, Lease: lease})
+func (a *acker) ack(ctx context.Context, r dialect.Fenced) error {
+	err := a.commit.Do(ctx, r)
 	if err != nil && err == ctx.Err() { // the caller stopped waiting
-		return fmt.Errorf("ack row %d of %q: %w", id, a.c.env.Table.Unquoted, err)
+		return fmt.Errorf("ack row %d of %q: %w", r.ID, a.c.env.Table.Unquoted, err)
 	}
 	return err
 }
@@ -72,8 +73,7 @@ func (a *acker) flush(batch []dialect.Fenced, errs []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
 	if len(batch) == 1 {
-		r := batch[0]
-		errs[0] = execFenced(ctx, e, "ack", r.ID, e.SQL.Ack.Call(r.ID, r.Lease))
+		errs[0] = a.ackOne(ctx, batch[0])
 		return
 	}
 	// The batch statement tells which ids it deleted, not on which lease:
@@ -114,7 +114,7 @@ func (a *acker) flush(batch []dialect.Fenced, errs []error) {
 		switch {
 		case len(alone) > 0 && alone[0] == i:
 			alone = alone[1:]
-			errs[i] = execFenced(ctx, e, "ack", r.ID, e.SQL.Ack.Call(r.ID, r.Lease))
+			errs[i] = a.ackOne(ctx, r)
 		case err != nil:
 			errs[i] = fmt.Errorf("ack row %d of %q: %w", r.ID, e.Table.Unquoted, err)
 		case !deleted[r.ID]:
@@ -123,9 +123,50 @@ func (a *acker) flush(batch []dialect.Fenced, errs []error) {
 	}
 }
 
-// deleteMany runs AckMany on the batch and returns the ids it deleted.
+// ackOne acks one row alone: deletes it, or moves it into the history.
+func (a *acker) ackOne(ctx context.Context, r dialect.Fenced) error {
+	e := &a.c.env
+	if e.History == nil {
+		return execFenced(ctx, e, "ack", r.ID, e.SQL.Ack.Call(r.ID, r.Lease))
+	}
+	if err := e.Writer.Lock(ctx); err != nil {
+		return fmt.Errorf("ack row %d of %q: %w", r.ID, e.Table.Unquoted, err)
+	}
+	var moved map[int64]bool
+	var err error
+	// A move the database rolled back for a deadlock is sent again (see
+	// conflictTries).
+	for try := 1; ; try++ {
+		moved, err = a.move(ctx, []dialect.Fenced{r})
+		if err == nil || try == conflictTries || !e.Dialect.Conflict(err) {
+			break
+		}
+	}
+	e.Writer.Unlock()
+	switch {
+	case err != nil:
+		return fmt.Errorf("ack row %d of %q: move it into the history: %w", r.ID, e.Table.Unquoted, err)
+	case !moved[r.ID]:
+		return fmt.Errorf("ack row %d of %q: %w", r.ID, e.Table.Unquoted, claim.ErrLost)
+	}
+	return nil
+}
+
+// move moves the batch into the history and returns the ids it moved. The
+// caller holds the turn to write.
+func (a *acker) move(ctx context.Context, batch []dialect.Fenced) (map[int64]bool, error) {
+	e := &a.c.env
+	begin := func(ctx context.Context) (*sql.Tx, error) { return e.DB.BeginTx(ctx, e.Dialect.HoldTx()) }
+	return e.History.Move(ctx, e.Stmts, begin, batch, true, e.Clock.Now())
+}
+
+// deleteMany runs AckMany on the batch and returns the ids it deleted (or
+// moved into the history).
 func (a *acker) deleteMany(ctx context.Context, batch []dialect.Fenced) (map[int64]bool, error) {
 	e := &a.c.env
+	if e.History != nil {
+		return a.move(ctx, batch)
+	}
 	q, err := e.SQL.AckMany.Call(batch)
 	if err != nil {
 		return nil, err

@@ -89,6 +89,11 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	if err != nil && len(jobs) == 0 {
 		return nil, err
 	}
+	if e.History != nil {
+		for _, j := range jobs {
+			j.Settler.(*settler).claimed = now
+		}
+	}
 	c.acks.claimed(len(jobs))
 	c.mark.Claimed(err == nil && len(jobs) == max, jobs)
 	return jobs, err
@@ -206,6 +211,9 @@ type settler struct {
 	c     *claimer
 	id    int64
 	lease time.Time // as the claim (or the last extension) wrote it
+	// claimed is when the claim took the row, for the history's duration
+	// (set only where the subscription keeps a history).
+	claimed time.Time
 	// mu guards lease and inTx while a transactional handler may ack the
 	// row (AckTx) beside an extension.
 	mu   sync.Mutex
@@ -247,7 +255,17 @@ func (s *settler) Ack(ctx context.Context) error {
 	if s.ackedInTx() {
 		return nil
 	}
-	return s.c.acks.ack(ctx, s.id, s.lease)
+	return s.c.acks.ack(ctx, s.fenced())
+}
+
+// fenced is the row's ack: its lease, and its duration where the
+// subscription keeps a history.
+func (s *settler) fenced() dialect.Fenced {
+	f := dialect.Fenced{ID: s.id, Lease: s.lease}
+	if s.c.env.History != nil {
+		f.Took = s.c.env.Clock.Now().Sub(s.claimed)
+	}
+	return f
 }
 
 // AckAsync queues the ack and returns; done gets its result once its
@@ -257,7 +275,7 @@ func (s *settler) AckAsync(done func(error)) {
 		done(nil)
 		return
 	}
-	s.c.acks.commit.Submit(dialect.Fenced{ID: s.id, Lease: s.lease}, done)
+	s.c.acks.commit.Submit(s.fenced(), done)
 }
 
 func (s *settler) Retry(ctx context.Context, delay time.Duration, lastError string) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
 
 // AckTx deletes the row, fenced on its lease, inside tx (see
@@ -16,10 +17,20 @@ import (
 func (s *settler) AckTx(ctx context.Context, tx *sql.Tx) error {
 	s.mu.Lock()
 	s.inTx = true
-	fence := s.lease
+	f := s.fenced()
 	s.mu.Unlock()
 	e := &s.c.env
-	q := e.SQL.Ack.Call(s.id, fence)
+	if e.History != nil {
+		moved, err := e.History.Move(ctx, tx, nil, []dialect.Fenced{f}, true, e.Clock.Now())
+		if err != nil {
+			return fmt.Errorf("ack row %d of %q in the handler's transaction: move it into the history: %w", s.id, e.Table.Unquoted, err)
+		}
+		if !moved[s.id] {
+			return fmt.Errorf("ack row %d of %q in the handler's transaction: %w", s.id, e.Table.Unquoted, claim.ErrLost)
+		}
+		return nil
+	}
+	q := e.SQL.Ack.Call(s.id, f.Lease)
 	res, err := tx.ExecContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return fmt.Errorf("ack row %d of %q in the handler's transaction: %w", s.id, e.Table.Unquoted, err)

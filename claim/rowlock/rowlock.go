@@ -117,6 +117,9 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 		return nil, err
 	}
 	h.id, h.counted = j.ID, e.SQL.ClaimHold.SQL() != ""
+	if e.History != nil {
+		h.claimed = e.Clock.Now()
+	}
 	j.Settler = h
 	h.watch.Start()
 	return []*claim.Job{j}, nil
@@ -237,6 +240,9 @@ type hold struct {
 
 	watch   *claim.ConnWatch
 	counted bool // the claim counted an attempt, committed
+	// claimed is when the claim took the row, for the history's duration
+	// (set only where the subscription keeps a history).
+	claimed time.Time
 
 	mu   sync.Mutex
 	done bool
@@ -285,6 +291,22 @@ func (c *claimer) uncount() {
 // it no more and its settlement changed nothing, so it is reported as
 // claim.ErrLost.
 func (h *hold) settle(ctx context.Context, what string, q dialect.Call) error {
+	if q.SQL == "" {
+		return h.settleBy(ctx, what, nil)
+	}
+	return h.settleBy(ctx, what, func(ctx context.Context) (bool, error) {
+		res, err := h.tx.ExecContext(ctx, q.SQL, q.Args...)
+		if err != nil {
+			return false, err
+		}
+		n, rerr := res.RowsAffected()
+		return rerr != nil || n > 0, nil
+	})
+}
+
+// settleBy is settle with the statements run by exec, which says whether
+// they changed the row; nil exec rolls back.
+func (h *hold) settleBy(ctx context.Context, what string, exec func(context.Context) (changed bool, err error)) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e := &h.c.env
@@ -297,7 +319,7 @@ func (h *hold) settle(ctx context.Context, what string, q dialect.Call) error {
 		h.end(false)
 		return fmt.Errorf("%s row %d of %q (rowlock): %w: %w", what, h.id, e.Table.Unquoted, claim.ErrLost, inboxtype.ErrHoldLost)
 	}
-	if q.SQL == "" {
+	if exec == nil {
 		h.end(false)
 		return nil
 	}
@@ -305,14 +327,12 @@ func (h *hold) settle(ctx context.Context, what string, q dialect.Call) error {
 	// after it takes no context.
 	ctx, cancel := context.WithTimeout(ctx, contract.SettleTimeout)
 	defer cancel()
-	res, err := h.tx.ExecContext(ctx, q.SQL, q.Args...)
-	if err == nil {
-		if n, rerr := res.RowsAffected(); rerr == nil && n == 0 {
-			// The row is locked by this transaction: it cannot be gone.
-			// Said anyway rather than assumed.
-			h.end(false)
-			return fmt.Errorf("%s row %d of %q (rowlock): %w", what, h.id, e.Table.Unquoted, claim.ErrLost)
-		}
+	changed, err := exec(ctx)
+	if err == nil && !changed {
+		// The row is locked by this transaction: it cannot be gone.
+		// Said anyway rather than assumed.
+		h.end(false)
+		return fmt.Errorf("%s row %d of %q (rowlock): %w", what, h.id, e.Table.Unquoted, claim.ErrLost)
 	}
 	if err != nil {
 		h.end(false)
@@ -324,9 +344,17 @@ func (h *hold) settle(ctx context.Context, what string, q dialect.Call) error {
 	return nil
 }
 
-// Ack deletes the row and commits.
+// Ack deletes the row, or moves it into the history, and commits.
 func (h *hold) Ack(ctx context.Context) error {
-	return h.settle(ctx, "ack", h.c.env.SQL.Delete.Call(h.id))
+	e := &h.c.env
+	if e.History == nil {
+		return h.settle(ctx, "ack", e.SQL.Delete.Call(h.id))
+	}
+	return h.settleBy(ctx, "ack", func(ctx context.Context) (bool, error) {
+		now := e.Clock.Now()
+		moved, err := e.History.Move(ctx, h.tx, nil, []dialect.Fenced{{ID: h.id, Took: now.Sub(h.claimed)}}, false, now)
+		return moved[h.id], err
+	})
 }
 
 // Retry sets the row's time to now+delay, counts the attempt and commits.

@@ -87,6 +87,9 @@ type Env struct {
 	// and gives it back with the connection, so all subscriptions together
 	// leave one connection for handlers, publishes and settlements.
 	Budget *Budget
+	// History, when set, is where acks move rows instead of deleting them
+	// (inbox.History).
+	History *History
 }
 
 // Budget counts the pool connections a broker's claim forms hold.

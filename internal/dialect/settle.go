@@ -38,10 +38,13 @@ func (s AckSQL) Call(id int64, lease time.Time) Call {
 	return s.call(id, s.tm.Encode(lease))
 }
 
-// Fenced is a claimed row and the lease its claim wrote.
+// Fenced is a claimed row and the lease its claim wrote (zero for a row
+// held by a lock); Took, for a move into the history (HistorySQL), how
+// long since its claim.
 type Fenced struct {
 	ID    int64
 	Lease time.Time
+	Took  time.Duration
 }
 
 // AckManySQL deletes claimed rows fenced on their leases (see

@@ -1,0 +1,229 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	iclaim "github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// History keeps the subscription's acked rows for retention: an ack moves
+// the row into the table's history, <table>_history, instead of deleting
+// it, with when it was handled (handled_at), by which instance
+// (handled_by, host:pid) and how long since its claim (duration_us); its
+// attempts and last error are its own columns'. The move is fenced as the
+// ack is: an ack whose lease was lost moves nothing. Rows older than
+// retention are pruned in batches of a few hundred, by the instances that
+// run such a subscription.
+//
+// While a key's row is in the history, a publish with that key returns
+// ErrDuplicate with the acked row's id, as it does while the row is queued
+// (publishes through the library; see docs/history.md).
+//
+// The history table has the inbox table's columns and three more; Run's
+// table check says when it is missing and prints its DDL
+// (migrations.ApplyHistory creates it for the reference table).
+// Default: no history (acks delete). Bound: retention positive.
+func History(retention time.Duration) SubOption {
+	return func(c *subConfig) error {
+		if retention <= 0 {
+			return fmt.Errorf("inbox: %w: History(%v): retention must be positive", ErrInvalid, retention)
+		}
+		c.history = retention
+		return nil
+	}
+}
+
+// tableHistory is what a broker knows of one table's history.
+type tableHistory struct {
+	exists bool // the table has a history (read once, or set by a subscription)
+	sql    *dialect.HistorySQL
+	prune  *pruner
+}
+
+// instanceName is what a history records as the instance that handled a
+// row: host:pid.
+var instanceName = sync.OnceValue(func() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s:%d", host, os.Getpid())
+})
+
+// history is the broker's record of table's history, made on first use.
+// The caller holds b.mu.
+func (b *Broker) history(table string) *tableHistory {
+	if b.histories == nil {
+		b.histories = map[string]*tableHistory{}
+	}
+	h, ok := b.histories[table]
+	if !ok {
+		h = &tableHistory{}
+		b.histories[table] = h
+	}
+	return h
+}
+
+// checkHistory checks the history table of t (see History) and returns
+// what an ack moves there: every column of the inbox table.
+func checkHistory(ctx context.Context, b *Broker, table string, s *shape, t iclaim.Table) (*iclaim.History, error) {
+	d := b.d
+	name := dialect.HistoryName(table)
+	if err := dialect.CheckTableName(name); err != nil {
+		return nil, fmt.Errorf("inbox: table %q: its history: %w", table, err)
+	}
+	cols, err := d.Columns(ctx, b.db, table)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: table %q: %w", table, err)
+	}
+	have, err := d.Columns(ctx, b.db, name)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: table %q: %w", name, err)
+	}
+	if len(have) == 0 {
+		return nil, tableError(name, []TableProblem{{
+			Problem: fmt.Sprintf("does not exist: it keeps the acked rows of %q (inbox.History)", table),
+			Fix:     strings.Join(d.HistoryDDL(table, cols, s.column(RoleID), s.column(RoleLockedUntil), s.column(RoleKey)), ";\n")}})
+	}
+	byName := map[string]bool{}
+	for _, c := range have {
+		byName[c.Name] = true
+	}
+	want := append(cols[:len(cols):len(cols)],
+		dialect.Column{Name: dialect.HandledAtColumn, Type: historyType(d, cols, s.column(RoleLockedUntil))},
+		dialect.Column{Name: dialect.HandledByColumn, Type: "text"},
+		dialect.Column{Name: dialect.DurationColumn, Type: "bigint"})
+	var problems []TableProblem
+	h := dialect.HistoryTable{Name: d.Quote(name)}
+	for i, c := range want {
+		if !byName[c.Name] {
+			problems = append(problems, TableProblem{Column: c.Name, Problem: fmt.Sprintf("is missing (the history keeps every column of %q, and when, by whom and how long)", table),
+				Fix: fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", d.Quote(name), d.Quote(c.Name), c.Type)})
+		}
+		if i < len(cols) {
+			h.Columns = append(h.Columns, d.Quote(c.Name))
+		}
+	}
+	if len(problems) > 0 {
+		return nil, tableError(name, problems)
+	}
+	b.mu.Lock()
+	th := b.history(table)
+	th.exists = true
+	if th.sql == nil {
+		th.sql = d.History(t.Table, t.Times, h, quoteOpt(d, s.column(RoleKey)))
+	}
+	sql := th.sql
+	b.mu.Unlock()
+	return &iclaim.History{SQL: sql, Instance: instanceName()}, nil
+}
+
+// historyType is the type of handled_at: the lease column's.
+func historyType(d *dialect.Dialect, cols []dialect.Column, lu string) string {
+	for _, c := range cols {
+		if c.Name == lu {
+			return c.Type
+		}
+	}
+	return "timestamptz"
+}
+
+// pruner deletes a table's history rows older than the longest retention
+// its running subscriptions keep, while any runs.
+type pruner struct {
+	refs      map[*Subscription]time.Duration
+	stop      context.CancelFunc
+	done      chan struct{}
+	rounds    chan struct{} // a round ended (tests wait on it); never blocks
+	retention time.Duration
+}
+
+// pruneEvery is how often a table's history is pruned: a tenth of its
+// retention, between a second and a minute.
+func pruneEvery(retention time.Duration) time.Duration {
+	return min(max(retention/10, time.Second), time.Minute)
+}
+
+// startPrune counts s among the subscriptions that keep t's history and
+// starts its pruner if none ran; the returned function uncounts s.
+func (b *Broker) startPrune(s *Subscription, h *iclaim.History) func() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	th := b.history(s.table)
+	p := th.prune
+	if p == nil {
+		ctx, stop := context.WithCancel(context.Background())
+		p = &pruner{refs: map[*Subscription]time.Duration{}, stop: stop, done: make(chan struct{}), rounds: make(chan struct{}, 1)}
+		th.prune = p
+		go b.pruneLoop(ctx, s.table, h.SQL.Prune, p)
+	}
+	p.refs[s] = s.cfg.history
+	p.retention = max(p.retention, s.cfg.history)
+	return func() {
+		b.mu.Lock()
+		delete(p.refs, s)
+		last := len(p.refs) == 0
+		if last {
+			th.prune = nil
+		} else {
+			p.retention = 0
+			for _, r := range p.refs {
+				p.retention = max(p.retention, r)
+			}
+		}
+		b.mu.Unlock()
+		if last {
+			p.stop()
+			<-p.done
+		}
+	}
+}
+
+// pruneLoop prunes at once, then every pruneEvery, until ctx ends.
+func (b *Broker) pruneLoop(ctx context.Context, table string, q dialect.PruneSQL, p *pruner) {
+	defer close(p.done)
+	log := b.log.With("table", table)
+	for {
+		b.mu.Lock()
+		retention := p.retention
+		b.mu.Unlock()
+		if err := b.pruneOnce(ctx, q, b.clock.Now().Add(-retention)); err != nil && ctx.Err() == nil {
+			log.Warn("inbox: could not prune the history; trying again at the next round", "history", dialect.HistoryName(table), "err", err)
+		}
+		select {
+		case p.rounds <- struct{}{}:
+		default:
+		}
+		t := b.clock.NewTimer(pruneEvery(retention))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// pruneOnce deletes history rows handled before before, a batch a
+// statement, each committed on its own so no lock is held long, until a
+// batch comes back short.
+func (b *Broker) pruneOnce(ctx context.Context, q dialect.PruneSQL, before time.Time) error {
+	call := q.Call(before)
+	for ctx.Err() == nil {
+		if err := b.writer.Lock(ctx); err != nil {
+			return err
+		}
+		res, err := b.db.ExecContext(ctx, call.SQL, call.Args...)
+		b.writer.Unlock()
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n < dialect.PruneBatch {
+			return err
+		}
+	}
+	return ctx.Err()
+}

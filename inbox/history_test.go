@@ -1,0 +1,236 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/claim/advisory"
+	"github.com/sqlinbox/sqlinbox/claim/lease"
+	"github.com/sqlinbox/sqlinbox/claim/rowlock"
+	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/inboxtest"
+	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/migrations"
+)
+
+// formDB is a claim form on a database it serves.
+type formDB struct {
+	form claim.Form
+	db   string
+}
+
+// everyFormDB is every form on every database that serves it.
+var everyFormDB = []formDB{{lease.Form, "sqlite"}, {lease.Form, "postgres"}, {lease.Form, "mysql"},
+	{rowlock.Form, "postgres"}, {rowlock.Form, "mysql"}, {advisory.Form, "postgres"}, {advisory.Form, "mysql"}}
+
+// eachFormDB runs f for every form on every database that serves it.
+func eachFormDB(t *testing.T, f func(t *testing.T, form claim.Form, url string)) {
+	for _, c := range everyFormDB {
+		t.Run(c.form.Name()+"/"+c.db, func(t *testing.T) {
+			t.Parallel()
+			f(t, c.form, dbURL(t, c.db))
+		})
+	}
+}
+
+func dbURL(t *testing.T, db string) string {
+	switch db {
+	case "sqlite":
+		return inboxtest.SQLite(t)
+	case "postgres":
+		return inboxtest.Postgres(t)
+	}
+	return inboxtest.MySQL(t)
+}
+
+// historyTable makes a table of its own with its history.
+func historyTable(t *testing.T, b *inbox.Broker) string {
+	t.Helper()
+	table := ownTable(t, b)
+	if err := migrations.ApplyHistory(context.Background(), b.DB(), table, "id", ""); err != nil {
+		t.Fatal(err)
+	}
+	return table
+}
+
+// historyRow is what a test reads of a history row.
+type historyRow struct {
+	id        int64
+	attempts  int
+	lastError sql.NullString
+	payload   []byte
+	by        string
+	took      int64
+}
+
+func readHistory(t *testing.T, db *sql.DB, table string) map[int64]historyRow {
+	t.Helper()
+	rs, err := db.Query("SELECT id, attempts, last_error, payload, handled_by, duration_us FROM " + table + "_history")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	out := map[int64]historyRow{}
+	for rs.Next() {
+		var r historyRow
+		if err := rs.Scan(&r.id, &r.attempts, &r.lastError, &r.payload, &r.by, &r.took); err != nil {
+			t.Fatal(err)
+		}
+		out[r.id] = r
+	}
+	if err := rs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func countRows(t *testing.T, db *sql.DB, table string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// An ack moves the row into the history with its columns as they were,
+// when, by which instance and how long its handling took. Every form,
+// every database.
+func TestHistoryKeepsAckedRows(t *testing.T) {
+	eachFormDB(t, func(t *testing.T, form claim.Form, url string) {
+		fc := fake()
+		b := open(t, url, inbox.WithClock(fc))
+		table := historyTable(t, b)
+		// A row claimed once before, with the error of that attempt.
+		if _, err := b.DB().Exec("INSERT INTO " + table + " (payload, attempts, last_error) VALUES ('first', 1, 'timed out')"); err != nil {
+			t.Fatal(err)
+		}
+		insertInto(t, b.DB(), table, 2)
+		ev := inboxtest.NewEvents(t)
+		sub, err := inbox.Subscribe(b, inbox.MustQueue[Job](table), func(ctx context.Context, j Job) error {
+			fc.Advance(5 * time.Second) // the handling's duration
+			return nil
+		}, inbox.Form(form), inbox.History(time.Hour), ev.Observe())
+		if err != nil {
+			t.Fatal(err)
+		}
+		inboxtest.RunSubscription(t, sub)
+		ev.Wait("three acks", func(e []inbox.Event) bool { return len(e) == 3 })
+		for _, e := range ev.All() {
+			if e.Outcome != inbox.Acked {
+				t.Fatalf("row %d: %v (%v), want acked", e.ID, e.Outcome, e.Err)
+			}
+		}
+		if n := countRows(t, b.DB(), table); n != 0 {
+			t.Fatalf("%d rows left in %s, want none", n, table)
+		}
+		got := readHistory(t, b.DB(), table)
+		if len(got) != 3 {
+			t.Fatalf("history holds %d rows, want 3: %v", len(got), got)
+		}
+		host, _ := os.Hostname()
+		by := fmt.Sprintf("%s:%d", host, os.Getpid())
+		for _, e := range ev.All() {
+			r, ok := got[e.ID]
+			if !ok {
+				t.Fatalf("row %d acked but not in the history", e.ID)
+			}
+			if r.by != by || r.took != 5_000_000 {
+				t.Errorf("row %d: handled by %q in %dus, want %q in 5000000us", e.ID, r.by, r.took, by)
+			}
+		}
+		first := got[1]
+		if first.attempts != 2 || first.lastError.String != "timed out" || string(first.payload) != "first" {
+			t.Errorf("row 1 in the history: attempts %d, last error %q, payload %q; want 2, %q, %q", first.attempts, first.lastError.String, first.payload, "timed out", "first")
+		}
+		if got[2].attempts != 1 || got[2].lastError.Valid {
+			t.Errorf("row 2 in the history: attempts %d, last error %v; want 1 and none", got[2].attempts, got[2].lastError)
+		}
+	})
+}
+
+// An ack whose lease was taken over moves nothing: the row stays queued
+// as its new holder left it, and the history stays empty.
+func TestHistoryAckStaysFenced(t *testing.T) {
+	for _, db := range []string{"sqlite", "postgres", "mysql"} {
+		t.Run(db, func(t *testing.T) {
+			t.Parallel()
+			b := open(t, dbURL(t, db))
+			table := historyTable(t, b)
+			insertInto(t, b.DB(), table, 1)
+			ev := inboxtest.NewEvents(t)
+			sub, err := inbox.Subscribe(b, inbox.MustQueue[Job](table), func(ctx context.Context, j Job) error {
+				// Another claimer's lease replaces this one's.
+				_, err := b.DB().Exec(sqlFor(b, "UPDATE "+table+" SET locked_until = NULL WHERE id = $1"), j.ID)
+				return err
+			}, inbox.History(time.Hour), inbox.MaxAttempts(1), ev.Observe())
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := inboxtest.RunSubscription(t, sub)
+			evs := ev.Wait("the handling", func(e []inbox.Event) bool { return len(e) >= 1 })
+			stop()
+			if evs[0].Outcome == inbox.Acked {
+				t.Fatalf("the ack of a row whose lease was taken over reported acked")
+			}
+			if n := countRows(t, b.DB(), table); n != 1 {
+				t.Fatalf("%d rows in %s, want the one row still there", n, table)
+			}
+			if got := readHistory(t, b.DB(), table); len(got) != 0 {
+				t.Fatalf("history holds %v, want nothing", got)
+			}
+		})
+	}
+}
+
+// Without its history table, a subscription with History fails its check
+// with the DDL that makes it, and that DDL makes a table it runs on.
+func TestHistoryTableCheck(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		b := open(t, url)
+		table := ownTable(t, b)
+		sub, err := inbox.Subscribe(b, inbox.MustQueue[Job](table), func(context.Context, Job) error { return nil }, inbox.History(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err = sub.Run(ctx)
+		var te *inbox.TableError
+		if !errors.As(err, &te) || te.Table != table+"_history" || !strings.Contains(te.Fix, "CREATE TABLE") {
+			t.Fatalf("Run = %v, want a TableError on %s_history with its DDL", err, table)
+		}
+		for _, stmt := range te.Problems[0:1] {
+			for _, q := range strings.Split(stmt.Fix, ";\n") {
+				if _, err := b.DB().Exec(q); err != nil {
+					t.Fatalf("the fix %q: %v", q, err)
+				}
+			}
+		}
+		insertInto(t, b.DB(), table, 1)
+		ev := inboxtest.NewEvents(t)
+		sub, err = inbox.Subscribe(b, inbox.MustQueue[Job](table), func(context.Context, Job) error { return nil }, inbox.History(time.Hour), ev.Observe())
+		if err != nil {
+			t.Fatal(err)
+		}
+		inboxtest.RunSubscription(t, sub)
+		ev.Wait("an ack", func(e []inbox.Event) bool { return len(e) == 1 && e[0].Outcome == inbox.Acked })
+		if got := readHistory(t, b.DB(), table); len(got) != 1 {
+			t.Fatalf("history holds %v, want the acked row", got)
+		}
+	})
+}
+
+func TestHistoryRefusesRetention(t *testing.T) {
+	b := open(t, inboxtest.SQLite(t))
+	_, err := inbox.Subscribe(b, inbox.MustQueue[Job]("jobs"), func(context.Context, Job) error { return nil }, inbox.History(0))
+	if !errors.Is(err, inbox.ErrInvalid) || !strings.Contains(err.Error(), "History(0s)") {
+		t.Fatalf("Subscribe with History(0) = %v, want ErrInvalid naming it", err)
+	}
+}

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -41,7 +42,8 @@ func History(retention time.Duration) SubOption {
 
 // tableHistory is what a broker knows of one table's history.
 type tableHistory struct {
-	exists bool // the table has a history (read once, or set by a subscription)
+	known  bool // exists was read from the catalog, or set by a check
+	exists bool // the table has a history
 	sql    *dialect.HistorySQL
 	prune  *pruner
 }
@@ -112,7 +114,7 @@ func checkHistory(ctx context.Context, b *Broker, table string, s *shape, t icla
 	}
 	b.mu.Lock()
 	th := b.history(table)
-	th.exists = true
+	th.known, th.exists = true, true
 	if th.sql == nil {
 		th.sql = d.History(t.Table, t.Times, h, quoteOpt(d, s.column(RoleKey)))
 	}
@@ -226,4 +228,136 @@ func (b *Broker) pruneOnce(ctx context.Context, q dialect.PruneSQL, before time.
 		}
 	}
 	return ctx.Err()
+}
+
+// reservation looks a publish's keys up in a table's history and takes
+// back the rows a publish wrote whose keys it found there (see History).
+type reservation struct {
+	byKey     dialect.ByKeySQL
+	unpublish dialect.UnpublishSQL
+}
+
+// reservation is table's, nil when the table keeps no history: read from
+// the catalog at its first keyed publish (or set by a subscription's
+// check). A history made later is seen by a broker opened after it, or
+// once a subscription of the table with History starts.
+func (b *Broker) reservation(ctx context.Context, catalog dialect.Querier, table string, s *shape) (*reservation, error) {
+	b.mu.Lock()
+	th := b.history(table)
+	known, exists := th.known, th.exists
+	b.mu.Unlock()
+	if !known {
+		cols, err := b.d.Columns(ctx, catalog, dialect.HistoryName(table))
+		if err != nil {
+			return nil, fmt.Errorf("inbox: publish to %q: look for its history: %w", table, err)
+		}
+		exists = len(cols) > 0
+		b.mu.Lock()
+		th.known, th.exists = true, th.exists || exists
+		exists = th.exists
+		b.mu.Unlock()
+	}
+	if !exists {
+		return nil, nil
+	}
+	d := b.d
+	return &reservation{byKey: d.HistoryByKey(d.Quote(dialect.HistoryName(table)), d.Quote(s.column(RoleID)), d.Quote(s.column(RoleKey))),
+		unpublish: d.Unpublish(d.Quote(table), d.Quote(s.column(RoleID)))}, nil
+}
+
+// lookUp reads the ids of keys in the history.
+func (r *reservation) lookUp(keys []string, query queryFunc) (map[string]int64, error) {
+	q := r.byKey.Call(keys)
+	rs, err := query(q.SQL, q.Args...)
+	if err != nil {
+		return nil, fmt.Errorf("look up keys in the history: %w", err)
+	}
+	defer rs.Close()
+	out := map[string]int64{}
+	for rs.Next() {
+		var id int64
+		var key string
+		if err := rs.Scan(&id, &key); err != nil {
+			return nil, err
+		}
+		out[key] = id
+	}
+	return out, rs.Err()
+}
+
+// take deletes rows ids, written in this transaction, whose keys the
+// history holds.
+func (r *reservation) take(ids []int64, query queryFunc, exec execFunc) error {
+	q := r.unpublish.Call(ids)
+	if !r.unpublish.Returns() {
+		_, err := exec(q.SQL, q.Args...)
+		return err
+	}
+	rs, err := query(q.SQL, q.Args...)
+	if err != nil {
+		return err
+	}
+	for rs.Next() {
+	}
+	rs.Close()
+	return rs.Err()
+}
+
+// reserved checks a keyed publish's rows, written in this transaction,
+// against the history: rows whose keys it holds are taken back, and their
+// keys returned with the history's ids.
+func (r *reservation) reserved(written map[string]int64, query queryFunc, exec execFunc) (map[string]int64, error) {
+	if r == nil || len(written) == 0 {
+		return nil, nil
+	}
+	keys := make([]string, 0, len(written))
+	for k := range written {
+		keys = append(keys, k)
+	}
+	kept, err := r.lookUp(keys, query)
+	if err != nil || len(kept) == 0 {
+		return nil, err
+	}
+	ids := make([]int64, 0, len(kept))
+	for k := range kept {
+		ids = append(ids, written[k])
+	}
+	if err := r.take(ids, query, exec); err != nil {
+		return nil, fmt.Errorf("take back rows whose keys the history holds: %w", err)
+	}
+	return kept, nil
+}
+
+// reserveBatch checks a batch's written rows (got) against the history
+// (r nil: no history): it returns the rows left written and the keys the
+// history holds, whose rows were taken back.
+func reserveBatch(r *reservation, got []returned, query queryFunc, exec execFunc) ([]returned, map[string]int64, error) {
+	if r == nil {
+		return got, nil, nil
+	}
+	written := map[string]int64{}
+	for _, g := range got {
+		if g.key.Valid {
+			written[g.key.String] = g.id
+		}
+	}
+	kept, err := r.reserved(written, query, exec)
+	if err != nil || len(kept) == 0 {
+		return got, kept, err
+	}
+	left := got[:0:0]
+	for _, g := range got {
+		if _, ok := kept[g.key.String]; !ok || !g.key.Valid {
+			left = append(left, g)
+		}
+	}
+	return left, kept, nil
+}
+
+func mergeKept(a, b map[string]int64) map[string]int64 {
+	if a == nil {
+		return b
+	}
+	maps.Copy(a, b)
+	return a
 }

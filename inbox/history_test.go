@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -233,4 +234,117 @@ func TestHistoryRefusesRetention(t *testing.T) {
 	if !errors.Is(err, inbox.ErrInvalid) || !strings.Contains(err.Error(), "History(0s)") {
 		t.Fatalf("Subscribe with History(0) = %v, want ErrInvalid naming it", err)
 	}
+}
+
+// While a key's row is in the history, a publish of the key (alone, in a
+// batch, in the caller's transaction) writes nothing and returns
+// ErrDuplicate with the acked row's id; once the prune removed it after
+// the retention, the key is taken again.
+func TestHistoryReservesKeys(t *testing.T) {
+	eachPublishDB(t, func(t *testing.T, url string) {
+		fc := fake()
+		b := openKeyed(t, url, true, inbox.WithClock(fc))
+		ctx := context.Background()
+		if err := migrations.ApplyHistory(ctx, b.DB(), "jobs", "id", "invoice_key"); err != nil {
+			t.Fatal(err)
+		}
+		q := inbox.MustQueue[Invoice]("jobs")
+		first, err := inbox.Publish(ctx, b, q, Invoice{Payload: []byte("a"), Key: "inv-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := inboxtest.NewEvents(t)
+		sub, err := inbox.Subscribe(b, q, func(context.Context, Invoice) error { return nil }, inbox.History(time.Hour), ev.Observe())
+		if err != nil {
+			t.Fatal(err)
+		}
+		inboxtest.RunSubscription(t, sub)
+		ev.Wait("the ack", func(e []inbox.Event) bool { return len(e) == 1 })
+
+		again, err := inbox.Publish(ctx, b, q, Invoice{Payload: []byte("b"), Key: "inv-1"})
+		var de *inbox.DuplicateError
+		if !errors.As(err, &de) || again != first || !de.Handled || de.IDs[0] != first {
+			t.Fatalf("Publish of a handled key = %d, %v; want %d and a DuplicateError of the history", again, err, first)
+		}
+		ids, err := inbox.PublishMany(ctx, b, q, []Invoice{{Payload: []byte("c"), Key: "inv-1"}, {Payload: []byte("d"), Key: "inv-2"}})
+		if !errors.Is(err, inbox.ErrDuplicate) || len(ids) != 2 || ids[0] != first || ids[1] == first {
+			t.Fatalf("PublishMany = %v, %v; want [%d, a new id] and ErrDuplicate", ids, err, first)
+		}
+		tx, err := b.DB().Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		inTx, err := inbox.PublishTx(ctx, b, tx, q, Invoice{Payload: []byte("e"), Key: "inv-1"})
+		if !errors.Is(err, inbox.ErrDuplicate) || inTx != first {
+			t.Fatalf("PublishTx of a handled key = %d, %v; want %d and ErrDuplicate", inTx, err, first)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		ev.Wait("inv-2's ack", func(e []inbox.Event) bool { return len(e) == 2 })
+		var queued int
+		if err := b.DB().QueryRow("SELECT count(*) FROM jobs WHERE invoice_key = 'inv-1'").Scan(&queued); err != nil || queued != 0 {
+			t.Fatalf("%d rows of inv-1 queued (%v), want none", queued, err)
+		}
+
+		// Past the retention the prune removes the history's rows: the
+		// key is free.
+		eventually(t, "the prune", func() bool {
+			fc.Advance(time.Minute)
+			return countRows(t, b.DB(), "jobs_history") == 0
+		})
+		later, err := inbox.Publish(ctx, b, q, Invoice{Payload: []byte("f"), Key: "inv-1"})
+		if err != nil || later == first {
+			t.Fatalf("Publish after the retention = %d, %v; want a new row", later, err)
+		}
+	})
+}
+
+// Publishes of keys whose rows are being acked at the same time never let
+// a key be handled twice: each of its publishes meets the queued row or the
+// history's. Every form, every database.
+func TestHistoryKeysUnderAcks(t *testing.T) {
+	eachFormDB(t, func(t *testing.T, form claim.Form, url string) {
+		b := openKeyed(t, url, true)
+		ctx := context.Background()
+		if err := migrations.ApplyHistory(ctx, b.DB(), "jobs", "id", "invoice_key"); err != nil {
+			t.Fatal(err)
+		}
+		q := inbox.MustQueue[Invoice]("jobs")
+		const keys = 100
+		var mu sync.Mutex
+		handled := map[string]int{}
+		done := make(chan struct{}, keys*4)
+		sub, err := inbox.Subscribe(b, q, func(_ context.Context, inv Invoice) error {
+			mu.Lock()
+			handled[inv.Key]++
+			mu.Unlock()
+			done <- struct{}{}
+			return nil
+		}, inbox.History(time.Hour), inbox.Form(form), inbox.Workers(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inboxtest.RunSubscription(t, sub)
+		for pass := range 3 {
+			for i := range keys {
+				_, err := inbox.Publish(ctx, b, q, Invoice{Payload: []byte("p"), Key: fmt.Sprintf("k-%d", i)})
+				if err != nil && !errors.Is(err, inbox.ErrDuplicate) {
+					t.Fatalf("pass %d, key %d: %v", pass, i, err)
+				}
+			}
+		}
+		receiveN(t, done, keys, "handlings")
+		eventually(t, "every row moved", func() bool { return countRows(t, b.DB(), "jobs") == 0 })
+		mu.Lock()
+		defer mu.Unlock()
+		for k, n := range handled {
+			if n != 1 {
+				t.Errorf("key %s handled %d times, want once", k, n)
+			}
+		}
+		if len(handled) != keys || countRows(t, b.DB(), "jobs_history") != keys {
+			t.Fatalf("%d keys handled, %d history rows; want %d each", len(handled), countRows(t, b.DB(), "jobs_history"), keys)
+		}
+	})
 }

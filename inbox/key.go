@@ -26,9 +26,16 @@ type DuplicateError struct {
 	Table string
 	Keys  []string
 	IDs   []int64 // the queued rows' ids, one per key
+	// Handled says a key (the first, for Error's words) was found in the
+	// table's history (see History): its row was handled and acked within
+	// the retention, and its id is that row's.
+	Handled bool
 }
 
 func (e *DuplicateError) Error() string {
+	if len(e.Keys) == 1 && e.Handled {
+		return fmt.Sprintf("inbox: publish to %q: key %q was handled as row %d, kept in the history: nothing written", e.Table, e.Keys[0], e.IDs[0])
+	}
 	if len(e.Keys) == 1 {
 		return fmt.Sprintf("inbox: publish to %q: key %q is already queued as row %d: nothing written", e.Table, e.Keys[0], e.IDs[0])
 	}
@@ -84,13 +91,26 @@ func checkKey(ctx context.Context, b *Broker, table string, s *shape) ([]TablePr
 // publishKeyed runs a keyed publish's insert; when its key is queued
 // already it returns the queued row's id with a *DuplicateError. A queued
 // row acked between the insert and the look-up frees the key: the insert is
-// tried again.
-func publishKeyed(d *dialect.Dialect, table string, s *shape, row reflect.Value, insert dialect.Call, runInsert, queryRow func(string, ...any) scanner) (int64, error) {
+// tried again. With a history (r not nil; the publish runs in a
+// transaction), a key the history holds is a duplicate too: looked up
+// after the insert, whose check of the key's unique index waited for any
+// ack in flight to end, so a row moved there meanwhile is seen (see
+// docs/history.md).
+func publishKeyed(d *dialect.Dialect, table string, s *shape, row reflect.Value, insert dialect.Call, runInsert, queryRow func(string, ...any) scanner, r *reservation, query queryFunc, exec execFunc) (int64, error) {
 	keyParam, key := keyArg(row.FieldByIndex(s.byRole[RoleKey].index))
 	byKey := d.ByKey(d.Quote(table), d.Quote(s.column(RoleID)), d.Quote(s.column(RoleKey))).Call([]string{key})
 	for range 3 {
 		var id int64
 		err := runInsert(insert.SQL, insert.Args...).Scan(&id)
+		if err == nil && keyParam != nil && r != nil {
+			kept, err := r.reserved(map[string]int64{key: id}, query, exec)
+			if err != nil {
+				return 0, fmt.Errorf("inbox: publish to %q: %w", table, err)
+			}
+			if hid, ok := kept[key]; ok {
+				return hid, &DuplicateError{Table: table, Keys: []string{key}, IDs: []int64{hid}, Handled: true}
+			}
+		}
 		if err == nil {
 			return id, nil
 		}
@@ -105,6 +125,15 @@ func publishKeyed(d *dialect.Dialect, table string, s *shape, row reflect.Value,
 		if !noRows(err) {
 			return 0, fmt.Errorf("inbox: publish to %q: look up the row of key %q: %w", table, key, err)
 		}
+		if r != nil { // acked since the insert: its row may be in the history
+			kept, err := r.lookUp([]string{key}, query)
+			if err != nil {
+				return 0, fmt.Errorf("inbox: publish to %q: %w", table, err)
+			}
+			if hid, ok := kept[key]; ok {
+				return hid, &DuplicateError{Table: table, Keys: []string{key}, IDs: []int64{hid}, Handled: true}
+			}
+		}
 	}
 	return 0, fmt.Errorf("inbox: publish to %q: key %q conflicted three times with a row gone before it could be read", table, key)
 }
@@ -114,7 +143,11 @@ func publishKeyed(d *dialect.Dialect, table string, s *shape, row reflect.Value,
 // read back by key), a row without a key by the order of the generated
 // ids. Rows whose key was queued (before, or earlier in the batch) come
 // back with a *DuplicateError beside the ids.
-func keyedIDs[T any](d *dialect.Dialect, table string, s *shape, rows []T, got []returned, query queryFunc) ([]int64, error) {
+//
+// kept holds the keys found in the history (the batch's rows of those keys
+// taken back), with the history's ids; r, where the table has a history,
+// looks up a key queued at the insert whose row was acked since.
+func keyedIDs[T any](d *dialect.Dialect, table string, s *shape, rows []T, got []returned, query queryFunc, kept map[string]int64, r *reservation) ([]int64, error) {
 	byKey := map[string]int64{}
 	var plain []int64
 	for _, r := range got {
@@ -157,12 +190,30 @@ func keyedIDs[T any](d *dialect.Dialect, table string, s *shape, rows []T, got [
 	if err != nil {
 		return nil, err
 	}
+	if r != nil {
+		var gone []string
+		for _, key := range dups {
+			if _, ok := queued[key]; !ok && kept[key] == 0 {
+				gone = append(gone, key)
+			}
+		}
+		if len(gone) > 0 {
+			more, err := r.lookUp(gone, query)
+			if err != nil {
+				return nil, fmt.Errorf("inbox: publish many to %q: %w", table, err)
+			}
+			kept = mergeKept(kept, more)
+		}
+	}
 	e := &DuplicateError{Table: table, Keys: dups}
 	for j, key := range dups {
 		id, ok := byKey[key]
 		if !ok {
 			if id, ok = queued[key]; !ok {
-				return nil, fmt.Errorf("inbox: publish many to %q: key %q was queued but its row is gone: publish it again", table, key)
+				if id, ok = kept[key]; !ok {
+					return nil, fmt.Errorf("inbox: publish many to %q: key %q was queued but its row is gone: publish it again", table, key)
+				}
+				e.Handled = e.Handled || j == 0
 			}
 		}
 		ids[dupAt[j]] = id

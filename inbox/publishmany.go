@@ -51,8 +51,17 @@ func PublishMany[T any](ctx context.Context, b *Broker, q Queue[T], rows []T, op
 }
 
 func publishManyDB[T any](ctx context.Context, b *Broker, q Queue[T], rows []T, opts []PublishOption) ([]int64, error) {
-	if b.d.BatchArrays() {
-		// One statement: atomic on its own.
+	reserved := false
+	if q.shape != nil && q.shape.column(RoleKey) != "" {
+		r, err := b.reservation(ctx, b.db, q.table, q.shape)
+		if err != nil {
+			return nil, err
+		}
+		reserved = r != nil
+	}
+	if b.d.BatchArrays() && !reserved {
+		// One statement: atomic on its own (with a history, its rows whose
+		// keys the history holds are taken back in the transaction).
 		return publishMany(ctx, b, b.db, q, rows, opts, true, sqlQuery(ctx, b.db), nil)
 	}
 	tx, err := b.db.BeginTx(ctx, nil)
@@ -86,13 +95,7 @@ func PublishManyTx[T any](ctx context.Context, b *Broker, tx any, q Queue[T], ro
 	case *sqlx.Tx:
 		query, catalog, exec = sqlQuery(ctx, t.Tx), t, sqlExec(ctx, t.Tx)
 	case pgx.Tx:
-		query = func(q string, args ...any) (rowsIter, error) {
-			r, err := t.Query(ctx, q, args...)
-			if err != nil {
-				return nil, err
-			}
-			return pgxRows{r}, nil
-		}
+		query = pgxQuery(ctx, t)
 	default:
 		return nil, fmt.Errorf("inbox: %w: PublishManyTx takes a *sql.Tx, *sqlx.Tx or pgx.Tx, got %T", ErrInvalid, tx)
 	}
@@ -121,6 +124,16 @@ func (r sqlRows) Close() { r.Rows.Close() }
 type pgxRows struct{ pgx.Rows }
 
 func (r pgxRows) Scan(dest ...any) error { return r.Rows.Scan(dest...) }
+
+func pgxQuery(ctx context.Context, t pgx.Tx) queryFunc {
+	return func(q string, args ...any) (rowsIter, error) {
+		r, err := t.Query(ctx, q, args...)
+		if err != nil {
+			return nil, err
+		}
+		return pgxRows{r}, nil
+	}
+}
 
 func sqlQuery(ctx context.Context, db interface {
 	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
@@ -189,7 +202,15 @@ func publishMany[T any](ctx context.Context, b *Broker, catalog dialect.Querier,
 		return nil, fmt.Errorf("inbox: publish many to %q: %w", q.table, err)
 	}
 	if plan.batch.Key != "" {
-		return keyedIDs(b.d, q.table, q.shape, rows, ids, query)
+		r, err := b.reservation(ctx, catalog, q.table, q.shape)
+		if err != nil {
+			return nil, err
+		}
+		ids, kept, err := reserveBatch(r, ids, query, exec)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: publish many to %q: %w", q.table, err)
+		}
+		return keyedIDs(b.d, q.table, q.shape, rows, ids, query, kept, r)
 	}
 	return orderedIDs(q, rows, ids)
 }

@@ -147,9 +147,7 @@ func Publish[T any](ctx context.Context, b *Broker, q Queue[T], row T, opts ...P
 	if err := b.writer.Lock(ctx); err != nil {
 		return 0, fmt.Errorf("inbox: publish to %q: waiting for the turn to write: %w", q.table, err)
 	}
-	id, err := publish(ctx, b, b.db, q, row, opts, true, func(query string, args ...any) *sql.Row {
-		return b.db.QueryRowContext(ctx, query, args...)
-	}, sqlExec(ctx, b.db))
+	id, err := publishDB(ctx, b, q, row, opts)
 	b.writer.Unlock()
 	if err != nil {
 		if errors.Is(err, ErrDuplicate) {
@@ -161,6 +159,42 @@ func Publish[T any](ctx context.Context, b *Broker, q Queue[T], row T, opts ...P
 	return id, nil
 }
 
+// publishDB is Publish's write: one statement, or on a table with keys
+// and a history, a transaction (see publishKeyed).
+func publishDB[T any](ctx context.Context, b *Broker, q Queue[T], row T, opts []PublishOption) (int64, error) {
+	if q.shape != nil && q.shape.column(RoleKey) != "" {
+		r, err := b.reservation(ctx, b.db, q.table, q.shape)
+		if err != nil {
+			return 0, err
+		}
+		if r != nil {
+			return publishReserved(ctx, b, q, row, opts)
+		}
+	}
+	return publish(ctx, b, b.db, q, row, opts, true, func(query string, args ...any) *sql.Row {
+		return b.db.QueryRowContext(ctx, query, args...)
+	}, sqlExec(ctx, b.db), sqlQuery(ctx, b.db))
+}
+
+// publishReserved is publishDB in a transaction of its own.
+func publishReserved[T any](ctx context.Context, b *Broker, q Queue[T], row T, opts []PublishOption) (int64, error) {
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: publish to %q: begin: %w", q.table, err)
+	}
+	id, err := publish(ctx, b, tx, q, row, opts, true, func(query string, args ...any) *sql.Row {
+		return tx.QueryRowContext(ctx, query, args...)
+	}, sqlExec(ctx, tx), sqlQuery(ctx, tx))
+	if err != nil && !errors.Is(err, ErrDuplicate) {
+		tx.Rollback()
+		return 0, err
+	}
+	if cerr := tx.Commit(); cerr != nil {
+		return 0, fmt.Errorf("inbox: publish to %q: commit: %w", q.table, cerr)
+	}
+	return id, err
+}
+
 // PublishTx is Publish inside the caller's transaction: a *sql.Tx, *sqlx.Tx
 // or pgx.Tx. The row is seen at commit. With ListenNotify the notification
 // is delivered at commit and wakes every process; without it, this process's
@@ -170,25 +204,27 @@ func Publish[T any](ctx context.Context, b *Broker, q Queue[T], row T, opts ...P
 func PublishTx[T any](ctx context.Context, b *Broker, tx any, q Queue[T], row T, opts ...PublishOption) (int64, error) {
 	var queryRow func(query string, args ...any) scanner
 	var exec execFunc
+	var query queryFunc
 	// The catalog is read (once, SQLite only) inside the transaction: on
 	// SQLite another connection would wait for the transaction's write lock.
 	var catalog dialect.Querier = b.db
 	switch t := tx.(type) {
 	case *sql.Tx:
 		queryRow = func(query string, args ...any) scanner { return t.QueryRowContext(ctx, query, args...) }
-		catalog, exec = t, sqlExec(ctx, t)
+		catalog, exec, query = t, sqlExec(ctx, t), sqlQuery(ctx, t)
 	case *sqlx.Tx:
 		queryRow = func(query string, args ...any) scanner { return t.QueryRowContext(ctx, query, args...) }
-		catalog, exec = t, sqlExec(ctx, t.Tx)
+		catalog, exec, query = t, sqlExec(ctx, t.Tx), sqlQuery(ctx, t.Tx)
 	case pgx.Tx:
 		// Postgres only, whose inserts return their ids: no exec.
 		queryRow = func(query string, args ...any) scanner { return t.QueryRow(ctx, query, args...) }
+		query = pgxQuery(ctx, t)
 	default:
 		return 0, fmt.Errorf("inbox: %w: PublishTx takes a *sql.Tx, *sqlx.Tx or pgx.Tx, got %T", ErrInvalid, tx)
 	}
 	// Unstamped: this process's wake below may come before the commit, and
 	// the notification, delivered at commit, is the wake that finds the row.
-	id, err := publish(ctx, b, catalog, q, row, opts, false, func(query string, args ...any) scanner { return queryRow(query, args...) }, exec)
+	id, err := publish(ctx, b, catalog, q, row, opts, false, func(query string, args ...any) scanner { return queryRow(query, args...) }, exec, query)
 	if err != nil {
 		if errors.Is(err, ErrDuplicate) {
 			return id, err
@@ -246,7 +282,7 @@ func (r insertedRow) Scan(dest ...any) error {
 // publish writes row; with ListenNotify it notifies too, stamped (see
 // notify.Hub.Stamp) when the caller wakes this process's hub after the
 // commit.
-func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Querier, q Queue[T], row T, opts []PublishOption, stamped bool, queryRow func(string, ...any) S, exec execFunc) (int64, error) {
+func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Querier, q Queue[T], row T, opts []PublishOption, stamped bool, queryRow func(string, ...any) S, exec execFunc, query queryFunc) (int64, error) {
 	if q.shape == nil {
 		return 0, fmt.Errorf("inbox: %w: publish to a zero Queue: make it with NewQueue", ErrInvalid)
 	}
@@ -305,7 +341,11 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 		}
 	}
 	if q.shape.column(RoleKey) != "" {
-		return publishKeyed(b.d, q.table, q.shape, v, call, insert, func(query string, args ...any) scanner { return queryRow(query, args...) })
+		r, err := b.reservation(ctx, catalog, q.table, q.shape)
+		if err != nil {
+			return 0, err
+		}
+		return publishKeyed(b.d, q.table, q.shape, v, call, insert, func(query string, args ...any) scanner { return queryRow(query, args...) }, r, query, exec)
 	}
 	var id int64
 	if ins.Returns() {

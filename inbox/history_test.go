@@ -348,3 +348,48 @@ func TestHistoryKeysUnderAcks(t *testing.T) {
 		}
 	})
 }
+
+// A transactional handler's ack moves the row in the handler's
+// transaction: the effect and the history row commit together, and a
+// handling that fails moves nothing. Every form, every database.
+func TestHistoryHandleTx(t *testing.T) {
+	eachFormDB(t, func(t *testing.T, form claim.Form, url string) {
+		b := open(t, url)
+		table := historyTable(t, b)
+		if _, err := b.DB().Exec("CREATE TABLE " + table + "_effects (job BIGINT, attempt INT)"); err != nil {
+			t.Fatal(err)
+		}
+		insertInto(t, b.DB(), table, 4)
+		ev := inboxtest.NewEvents(t)
+		sub, err := inbox.SubscribeTx(b, inbox.MustQueue[Job](table), func(ctx context.Context, tx *sql.Tx, j Job) error {
+			if _, err := tx.ExecContext(ctx, sqlFor(b, "INSERT INTO "+table+"_effects (job, attempt) VALUES ($1, $2)"), j.ID, j.Attempts); err != nil {
+				return err
+			}
+			if j.Attempts == 1 && j.ID%2 == 0 {
+				return inbox.RetryAfter(time.Millisecond, errors.New("the mail server said no"))
+			}
+			return nil
+		}, inbox.History(time.Hour), inbox.Form(form), inbox.Workers(2), ev.Observe())
+		if err != nil {
+			t.Fatal(err)
+		}
+		inboxtest.RunSubscription(t, sub)
+		ev.Wait("every row acked", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) == 4 })
+		got := readHistory(t, b.DB(), table)
+		for id := int64(1); id <= 4; id++ {
+			want := 1
+			if id%2 == 0 {
+				want = 2
+			}
+			if r, ok := got[id]; !ok || r.attempts != want || strings.Contains(r.lastError.String, "the mail server said no") != (want == 2) {
+				t.Errorf("row %d in the history: %+v (found %v), want attempts %d", id, r, ok, want)
+			}
+		}
+		if n := countRows(t, b.DB(), table+"_effects"); n != 4 {
+			t.Fatalf("%d effects kept, want one a row (the failed attempts' rolled back)", n)
+		}
+		if n := countRows(t, b.DB(), table); n != 0 {
+			t.Fatalf("%d rows left queued", n)
+		}
+	})
+}

@@ -14,8 +14,9 @@ import (
 )
 
 // ErrDuplicate is matched (errors.Is) by the error of a publish whose key
-// is already queued: nothing was written, and the id Publish returns is the
-// queued row's. Use errors.As with *DuplicateError for the key.
+// is already queued, or kept in the table's history (see History): nothing
+// was written, and the id Publish returns is that row's. Use errors.As with
+// *DuplicateError for the key.
 var ErrDuplicate = errors.New("a row with this key is already queued")
 
 // DuplicateError says which keys of a publish were already queued. Publish

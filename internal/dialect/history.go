@@ -124,7 +124,7 @@ func (w historyTable) move(fenced bool) MoveSQL {
 		s.del = fmt.Sprintf("DELETE FROM %s WHERE %s IN (SELECT t.%s FROM json_each(?1) AS a JOIN %s AS t ON %s)", t.Name, t.ID, t.ID, t.Name, on)
 	default:
 		// Written out at the call (see mysqlCalls).
-		s.copy = fmt.Sprintf("%s SELECT %s, ?, ?, a.took FROM %s AS t JOIN ", w.into(), w.of("t"), t.Name)
+		s.copy = strings.ReplaceAll(w.into(), "%", "%%") + " SELECT " + w.of("t") + ", ?, ?, %s FROM " + t.Name + " AS t WHERE "
 		s.del = "DELETE FROM " + t.Name + " WHERE "
 	}
 	return s
@@ -167,21 +167,22 @@ func (s MoveSQL) Call(rows []Fenced, now time.Time, instance string) []Call {
 	return s.mysqlCalls(rows, at, instance)
 }
 
-// mysqlCalls writes the MySQL move: the copy joins the rows' durations as a
-// derived table and both statements name the rows, with their leases where
-// fenced, in an IN list.
+// mysqlCalls writes the MySQL move: both statements name the rows, with
+// their leases where fenced, in an IN list the primary key serves; the
+// copy gives each its duration by a CASE and locks the rows it reads (FOR
+// UPDATE: a shared lock, taken at REPEATABLE READ, would have to become
+// the delete's exclusive one, and two such upgrades deadlock).
 func (s MoveSQL) mysqlCalls(rows []Fenced, at any, instance string) []Call {
-	var a, in strings.Builder
+	var took, in strings.Builder
 	copyArgs := make([]any, 0, 2+4*len(rows))
 	copyArgs = append(copyArgs, at, instance)
 	var inArgs []any
-	a.WriteByte('(')
+	fmt.Fprintf(&took, "CASE t.%s", s.id)
 	for i, r := range rows {
 		if i > 0 {
-			a.WriteString(" UNION ALL ")
 			in.WriteByte(',')
 		}
-		a.WriteString("SELECT ? AS id, ? AS took")
+		took.WriteString(" WHEN ? THEN ?")
 		copyArgs = append(copyArgs, r.ID, r.Took.Microseconds())
 		if s.fenced {
 			in.WriteString("(?,?)")
@@ -191,15 +192,15 @@ func (s MoveSQL) mysqlCalls(rows []Fenced, at any, instance string) []Call {
 			inArgs = append(inArgs, r.ID)
 		}
 	}
+	took.WriteString(" END")
 	cond := func(t string) string {
 		if s.fenced {
 			return "(" + t + s.id + ", " + t + s.lu + ") IN (" + in.String() + ")"
 		}
 		return t + s.id + " IN (" + in.String() + ")"
 	}
-	fmt.Fprintf(&a, ") AS a ON t.%s = a.id WHERE %s", s.id, cond("t."))
 	copyArgs = append(copyArgs, inArgs...)
-	return []Call{{SQL: s.copy + a.String(), Args: copyArgs}, {SQL: s.del + cond(""), Args: inArgs}}
+	return []Call{{SQL: fmt.Sprintf(s.copy, took.String()) + cond("t.") + " FOR UPDATE", Args: copyArgs}, {SQL: s.del + cond(""), Args: inArgs}}
 }
 
 // PruneSQL deletes up to PruneBatch history rows handled before a time.

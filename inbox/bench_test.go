@@ -4,20 +4,24 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/sqlinbox/sqlinbox/claim/lease"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
 	"github.com/sqlinbox/sqlinbox/internal/benchkit"
 	"github.com/sqlinbox/sqlinbox/internal/claim"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/migrations"
 )
 
 // benchForms are the claim forms measured, each on the databases it serves.
 var benchForms = []struct {
-	name string
-	form claim.Form
+	name    string
+	form    claim.Form
+	history bool // acks move rows into the history (inbox.History)
 }{
-	{"lease", lease.Form},
+	{"lease", lease.Form, false},
+	{"lease+history", lease.Form, true},
 }
 
 // BenchmarkClaimHandleAck drains b.N rows (one op is one job: claimed,
@@ -25,6 +29,9 @@ var benchForms = []struct {
 // workers, so ns/op is the time per job and allocs/op the allocations per
 // job, the broker's start amortized. The rows are written by plain SQL
 // before the timer starts.
+//
+// lease+history is the lease form with inbox.History: each ack moves its
+// row into bench_jobs_history.
 //
 //	go test -run XXX -bench ClaimHandleAck -benchmem ./inbox
 func BenchmarkClaimHandleAck(b *testing.B) {
@@ -49,10 +56,20 @@ func BenchmarkClaimHandleAck(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
+				cfg := benchkit.Config{URL: url, Table: "bench_jobs", Form: f.form, Instances: 1, Workers: 50, Jobs: b.N}
+				if f.history {
+					cfg.History = time.Hour
+					if _, err := pool.ExecContext(ctx, "DROP TABLE IF EXISTS bench_jobs_history"); err != nil {
+						b.Fatal(err)
+					}
+					if err := migrations.ApplyHistory(ctx, pool, "bench_jobs", "id", ""); err != nil {
+						b.Fatal(err)
+					}
+				}
 				tr := benchkit.NewTracker(first, b.N)
 				b.ReportAllocs()
 				b.ResetTimer()
-				res, err := benchkit.Drain(ctx, benchkit.Config{URL: url, Table: "bench_jobs", Form: f.form, Instances: 1, Workers: 50, Jobs: b.N}, tr)
+				res, err := benchkit.Drain(ctx, cfg, tr)
 				b.StopTimer()
 				if err != nil {
 					b.Fatal(err)

@@ -41,6 +41,10 @@ type Config struct {
 	// Limit, when positive, drains under inbox.Limit("customer", Limit):
 	// the table needs the column (see KeyRows).
 	Limit int
+	// History, if positive, keeps the acked rows for that long
+	// (inbox.History); the history table must exist
+	// (migrations.ApplyHistory).
+	History time.Duration
 	// Halfway, if set, is called once when half the rows are acknowledged,
 	// with the drain running (a heap profile of its steady state).
 	Halfway func()
@@ -108,6 +112,9 @@ func Drain(ctx context.Context, cfg Config, tr *Tracker) (Result, error) {
 		}
 		if cfg.Limit > 0 {
 			sopts = append(sopts, inbox.Limit("customer", cfg.Limit))
+		}
+		if cfg.History > 0 {
+			sopts = append(sopts, inbox.History(cfg.History))
 		}
 		sub, err := inbox.Subscribe(b, q, handler, sopts...)
 		if err != nil {

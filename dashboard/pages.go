@@ -31,6 +31,7 @@ type page struct {
 	Rows                          []rowView
 	States                        []string
 	State, SearchID, Next         string
+	Done                          doneSearch // the search of done rows (state done)
 	PageSize                      int
 	Searched                      bool // the page stopped at SearchedTo before it filled
 	SearchedTo                    int64
@@ -60,7 +61,7 @@ type rowView struct {
 	State, Due, LastError, Created, Payload, Link string
 }
 
-var states = []string{inbox.StateAvailable, inbox.StateHeld, inbox.StateDelayed, inbox.StateParked}
+var states = []string{inbox.StateAvailable, inbox.StateHeld, inbox.StateDelayed, inbox.StateParked, inbox.StateDone}
 
 func (h *Handler) page(w http.ResponseWriter, r *http.Request, title string) *page {
 	p := &page{Title: title, Dialect: h.dialect, ReadOnly: h.cfg.ReadOnly, CSRF: token(w, r),
@@ -177,6 +178,11 @@ func (h *Handler) queue(w http.ResponseWriter, r *http.Request) {
 			id = 0
 		}
 		rf.IDs = []int64{id}
+	}
+	if p.State == inbox.StateDone {
+		h.doneRows(ctx, r, p, q.QueueRef, rf)
+		h.render(w, "queue", p)
+		return
 	}
 	rf.After, _ = strconv.ParseInt(r.FormValue("after"), 10, 64)
 	rows, searched, err := h.rows(ctx, q.QueueRef, rf)

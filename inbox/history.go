@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"maps"
 	"os"
@@ -360,4 +361,48 @@ func mergeKept(a, b map[string]int64) map[string]int64 {
 	}
 	maps.Copy(a, b)
 	return a
+}
+
+// StateDone is the state of a row acked and kept in its table's history
+// (History): Operator.Rows lists done rows alone.
+const StateDone = "done"
+
+// listDone lists ref's done rows: its table's history, filtered by rf.
+func (o *Operator) listDone(ctx context.Context, ref QueueRef, t dialect.AdminTable, rf RowFilter) ([]Row, error) {
+	d := o.b.d
+	f := dialect.HistoryFilter{AdminFilter: o.filter(ref), Key: rf.Key, From: rf.HandledFrom, To: rf.HandledBefore}
+	f.IDs, f.ErrorContains = rf.IDs, rf.ErrorContains
+	if k := ref.Roles[RoleKey]; k != "" {
+		f.KeyColumn = d.Quote(k)
+	}
+	limit := rf.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	name := dialect.HistoryName(ref.Table)
+	q, err := d.ListHistory(t, d.Quote(name), f, limit)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: done rows of %q: %w", ref.Table, err)
+	}
+	rows, err := o.b.db.QueryContext(ctx, q.SQL, q.Args...)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: done rows of %q (its history %q; History keeps them): %w", ref.Table, name, err)
+	}
+	defer rows.Close()
+	var out []Row
+	for rows.Next() {
+		r := Row{State: StateDone}
+		var lu, created, handled any
+		var lastErr sql.NullString
+		var took int64
+		if err := rows.Scan(&r.ID, &lu, &r.Attempts, &lastErr, &created, &r.Payload, &handled, &r.HandledBy, &took); err != nil {
+			return nil, fmt.Errorf("inbox: done rows of %q: %w", ref.Table, err)
+		}
+		r.LastError, r.Took = lastErr.String, time.Duration(took)*time.Microsecond
+		r.LockedUntil, _, _ = t.Times.Decode(lu)
+		r.Created, _, _ = t.Times.Decode(created)
+		r.Handled, _, _ = t.Times.Decode(handled)
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }

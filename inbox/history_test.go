@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -153,7 +154,52 @@ func TestHistoryKeepsAckedRows(t *testing.T) {
 		if got[2].attempts != 1 || got[2].lastError.Valid {
 			t.Errorf("row 2 in the history: attempts %d, last error %v; want 1 and none", got[2].attempts, got[2].lastError)
 		}
+		checkDoneRows(t, b, table, by)
 	})
+}
+
+// checkDoneRows reads the history of TestHistoryKeepsAckedRows through the
+// operator: rows handled 5 s apart from the epoch, newest first, searched
+// by id, error text and time.
+func checkDoneRows(t *testing.T, b *inbox.Broker, table, by string) {
+	t.Helper()
+	op := inbox.NewOperator(b)
+	ctx := context.Background()
+	ref := inbox.QueueRef{Table: table}
+	list := func(rf inbox.RowFilter) []int64 {
+		rf.States = []string{inbox.StateDone}
+		rs, err := op.Rows(ctx, ref, rf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for _, r := range rs {
+			ids = append(ids, r.ID)
+		}
+		return ids
+	}
+	rs, err := op.Rows(ctx, ref, inbox.RowFilter{States: []string{inbox.StateDone}})
+	if err != nil || len(rs) != 3 {
+		t.Fatalf("done rows: %v, %v; want 3", rs, err)
+	}
+	for i, r := range rs {
+		want := epoch.Add(time.Duration(3-i) * 5 * time.Second)
+		if r.ID != int64(3-i) || r.State != inbox.StateDone || !r.Handled.Equal(want) || r.HandledBy != by || r.Took != 5*time.Second {
+			t.Errorf("done row %d: %+v; want row %d handled at %v by %s in 5s", i, r, 3-i, want, by)
+		}
+	}
+	if got := list(inbox.RowFilter{ErrorContains: "timed"}); !slices.Equal(got, []int64{1}) {
+		t.Errorf("done rows whose error holds %q: %v, want [1]", "timed", got)
+	}
+	if got := list(inbox.RowFilter{IDs: []int64{2, 7}}); !slices.Equal(got, []int64{2}) {
+		t.Errorf("done rows 2 and 7: %v, want [2]", got)
+	}
+	if got := list(inbox.RowFilter{HandledFrom: epoch.Add(6 * time.Second), HandledBefore: epoch.Add(15 * time.Second)}); !slices.Equal(got, []int64{2}) {
+		t.Errorf("done rows handled from 6s before 15s: %v, want [2]", got)
+	}
+	if _, err := op.Rows(ctx, ref, inbox.RowFilter{States: []string{inbox.StateDone, inbox.StateParked}}); err == nil {
+		t.Errorf("done and parked rows listed together, want an error")
+	}
 }
 
 // An ack whose lease was taken over moves nothing: the row stays queued
@@ -282,6 +328,10 @@ func TestHistoryReservesKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		ev.Wait("inv-2's ack", func(e []inbox.Event) bool { return len(e) == 2 })
+		if rs, err := inbox.NewOperator(b).Rows(ctx, inbox.QueueRef{Table: "jobs", Roles: map[inbox.Role]string{inbox.RoleID: "id", inbox.RoleLockedUntil: "locked_until", inbox.RolePayload: "payload", inbox.RoleKey: "invoice_key"}},
+			inbox.RowFilter{States: []string{inbox.StateDone}, Key: "inv-1"}); err != nil || len(rs) != 1 || rs[0].ID != first {
+			t.Fatalf("done rows of key inv-1: %+v, %v; want row %d", rs, err, first)
+		}
 		var queued int
 		if err := b.DB().QueryRow("SELECT count(*) FROM jobs WHERE invoice_key = 'inv-1'").Scan(&queued); err != nil || queued != 0 {
 			t.Fatalf("%d rows of inv-1 queued (%v), want none", queued, err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
@@ -175,23 +176,46 @@ type Row struct {
 	LastError   string
 	Created     time.Time // zero without a created_at column
 	Payload     []byte
+	// Handled, HandledBy and Took are a done row's (StateDone): when its
+	// ack moved it into the history, the instance that acked it, and how
+	// long from its claim to its ack. Zero in other states.
+	Handled   time.Time
+	HandledBy string
+	Took      time.Duration
 }
 
 // RowFilter picks the rows Rows lists.
 type RowFilter struct {
-	States []string // nil for every state
+	States []string // nil for every state but done
 	Limit  int      // default 100
 	IDs    []int64  // nil for every id
 	// After lists rows with an id above it, for the next page; zero lists
-	// from the first row.
+	// from the first row. Not for done rows (see HandledBefore).
 	After int64
+	// ErrorContains keeps rows whose last error holds it ("" for any).
+	ErrorContains string
+	// Key, for done rows, keeps the rows of this key (the column
+	// Roles[RoleKey] names).
+	Key string
+	// HandledFrom and HandledBefore, for done rows, keep the rows handled
+	// at or after the one and before the other (zero: no bound); the next
+	// page of done rows is HandledBefore the last row's Handled.
+	HandledFrom, HandledBefore time.Time
 }
 
-// Rows lists ref's rows in id order.
+// Rows lists ref's rows in id order; done rows (States {StateDone}: acked
+// and kept in the table's history, see History), the most recently handled
+// first.
 func (o *Operator) Rows(ctx context.Context, ref QueueRef, rf RowFilter) ([]Row, error) {
 	t, err := o.adminTable(ctx, ref)
 	if err != nil {
 		return nil, err
+	}
+	if slices.Contains(rf.States, StateDone) {
+		if len(rf.States) > 1 {
+			return nil, fmt.Errorf("inbox: rows of %q: done rows are in the history, listed alone: ask for %q or for the other states", ref.Table, StateDone)
+		}
+		return o.listDone(ctx, ref, t, rf)
 	}
 	return o.list(ctx, ref, t, rf, nil)
 }
@@ -230,7 +254,7 @@ func (o *Operator) ScanRows(ctx context.Context, ref QueueRef, rf RowFilter, sca
 // list runs Rows, over ids up to through when it is not nil.
 func (o *Operator) list(ctx context.Context, ref QueueRef, t dialect.AdminTable, rf RowFilter, through *int64) ([]Row, error) {
 	f := o.filter(ref)
-	f.States, f.IDs, f.Through = rf.States, rf.IDs, through
+	f.States, f.IDs, f.Through, f.ErrorContains = rf.States, rf.IDs, through, rf.ErrorContains
 	if rf.After != 0 {
 		f.After = &rf.After
 	}

@@ -90,10 +90,20 @@ func rowsCommand() *cobra.Command {
 	var states []string
 	var limit int
 	var wide bool
+	var rf inbox.RowFilter
+	var from, before string
 	cmd, _ := operatorCommand("rows", "a queue's rows with state, attempts, due time, last error and payload preview",
-		"Lists a queue's rows in id order. The last error and the payload are cut to 40 characters\nunless --wide; `inbox row --id N` shows one row whole.", onRows,
+		"Lists a queue's rows in id order. The last error and the payload are cut to 40 characters\nunless --wide; `inbox row --id N` shows one row whole. --state done lists the rows acked\nand kept in the table's history (inbox.History), the most recently handled first, with\nwhen, by which instance and how long; --key, --handled-from and --handled-before search them.", onRows,
 		func(ctx context.Context, s *opSession) error {
-			rs, err := s.op.Rows(ctx, s.ref, inbox.RowFilter{States: splitStates(states), Limit: limit})
+			rf.States, rf.Limit = splitStates(states), limit
+			var err error
+			if rf.HandledFrom, err = flagTime("--handled-from", from); err != nil {
+				return err
+			}
+			if rf.HandledBefore, err = flagTime("--handled-before", before); err != nil {
+				return err
+			}
+			rs, err := s.op.Rows(ctx, s.ref, rf)
 			if err != nil {
 				return err
 			}
@@ -102,16 +112,39 @@ func rowsCommand() *cobra.Command {
 				cut = 0
 			}
 			return s.emit(rowsJSON(rs), func(w io.Writer) {
+				if slices.Contains(rf.States, inbox.StateDone) {
+					fmt.Fprintln(w, "ID\tATTEMPTS\tHANDLED\tBY\tTOOK\tLAST ERROR\tPAYLOAD")
+					for _, r := range rs {
+						fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Attempts, when(r.Handled), r.HandledBy, r.Took, preview([]byte(r.LastError), cut), preview(r.Payload, cut))
+					}
+					return
+				}
 				fmt.Fprintln(w, "ID\tSTATE\tATTEMPTS\tDUE\tLAST ERROR\tPAYLOAD")
 				for _, r := range rs {
 					fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.State, r.Attempts, due(r), preview([]byte(r.LastError), cut), preview(r.Payload, cut))
 				}
 			})
 		})
-	cmd.Flags().StringSliceVar(&states, "state", nil, "only rows in these states: available, held, delayed, parked (repeatable, or comma-separated)")
-	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many rows, in id order")
+	cmd.Flags().StringSliceVar(&states, "state", nil, "only rows in these states: available, held, delayed, parked (repeatable, or comma-separated); or done, alone")
+	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many rows, in id order (done rows: the most recently handled)")
 	cmd.Flags().BoolVar(&wide, "wide", false, "print the last error and the payload whole")
+	cmd.Flags().StringVar(&rf.ErrorContains, "error-contains", "", "rows whose last error contains this text")
+	cmd.Flags().StringVar(&rf.Key, "key", "", "done rows of this key (the table's key column)")
+	cmd.Flags().StringVar(&from, "handled-from", "", "done rows handled at or after this time (RFC 3339)")
+	cmd.Flags().StringVar(&before, "handled-before", "", "done rows handled before this time (RFC 3339)")
 	return cmd
+}
+
+// flagTime reads an RFC 3339 time flag; "" is the zero time.
+func flagTime(name, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s %q: want an RFC 3339 time such as 2026-12-05T06:00:00Z: %w", name, v, err)
+	}
+	return t, nil
 }
 
 func rowCommand() *cobra.Command {

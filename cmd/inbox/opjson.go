@@ -78,10 +78,18 @@ type rowJSON struct {
 	// holds it otherwise.
 	Payload       *string `json:"payload"`
 	PayloadBase64 string  `json:"payload_base64,omitempty"`
+	// A done row's (--state done): when, by which instance and how long.
+	HandledAt       *time.Time `json:"handled_at,omitempty"`
+	HandledBy       string     `json:"handled_by,omitempty"`
+	DurationSeconds *float64   `json:"duration_seconds,omitempty"`
 }
 
 func toRowJSON(r inbox.Row) rowJSON {
 	j := rowJSON{ID: r.ID, State: r.State, Attempts: r.Attempts, LockedUntil: utc(r.LockedUntil), CreatedAt: utc(r.Created)}
+	if r.State == inbox.StateDone {
+		took := r.Took.Seconds()
+		j.HandledAt, j.HandledBy, j.DurationSeconds = utc(r.Handled), r.HandledBy, &took
+	}
 	if r.LastError != "" {
 		j.LastError = &r.LastError
 	}

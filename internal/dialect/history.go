@@ -267,3 +267,45 @@ func (d *Dialect) HistoryDDL(table string, cols []Column, id, lu, key string) []
 	}
 	return out
 }
+
+// HistoryFilter selects rows of a history: an AdminFilter's group, ids and
+// error text (its states unused), and a key and a range of handled_at.
+type HistoryFilter struct {
+	AdminFilter
+	KeyColumn string // quoted; "" when the table has no key column
+	Key       string // "" for any
+	From, To  time.Time
+}
+
+// ListHistory lists the rows f selects of t's history (quoted), the most
+// recently handled first: t's columns as ListRows reads them, then
+// handled_at, handled_by and duration_us.
+func (d *Dialect) ListHistory(t AdminTable, history string, f HistoryFilter, limit int) (Call, error) {
+	t.Name = history
+	af := f.AdminFilter
+	af.States = nil
+	where, args, err := d.where(t, af)
+	if err != nil {
+		return Call{}, err
+	}
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	at := d.Quote(HandledAtColumn)
+	if f.Key != "" {
+		if f.KeyColumn == "" {
+			return Call{}, fmt.Errorf("table %s has no key column to filter on", history)
+		}
+		where += " AND " + f.KeyColumn + " = " + arg(f.Key)
+	}
+	if !f.From.IsZero() {
+		where += " AND " + at + " >= " + arg(t.Times.Encode(f.From))
+	}
+	if !f.To.IsZero() {
+		where += " AND " + at + " < " + arg(t.Times.Encode(f.To))
+	}
+	cols := strings.Join([]string{t.ID, t.LockedUntil, or(t.Attempts, "0"), or(t.LastError, "NULL"), or(t.CreatedAt, "NULL"), t.Payload,
+		at, d.Quote(HandledByColumn), d.Quote(DurationColumn)}, ", ")
+	return d.call(fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s DESC, %s DESC LIMIT %d", cols, history, where, at, t.ID, limit), args), nil
+}

@@ -113,9 +113,9 @@ func TestHistoryKeepsAckedRows(t *testing.T) {
 		if _, err := b.DB().Exec("INSERT INTO " + table + " (payload, attempts, last_error) VALUES ('first', 1, 'timed out')"); err != nil {
 			t.Fatal(err)
 		}
-		insertInto(t, b.DB(), table, 2)
 		ev := inboxtest.NewEvents(t)
-		sub, err := inbox.Subscribe(b, inbox.MustQueue[Job](table), func(ctx context.Context, j Job) error {
+		q := inbox.MustQueue[Job](table)
+		sub, err := inbox.Subscribe(b, q, func(ctx context.Context, j Job) error {
 			fc.Advance(5 * time.Second) // the handling's duration
 			return nil
 		}, inbox.Form(form), inbox.History(time.Hour), ev.Observe())
@@ -123,7 +123,16 @@ func TestHistoryKeepsAckedRows(t *testing.T) {
 			t.Fatal(err)
 		}
 		inboxtest.RunSubscription(t, sub)
-		ev.Wait("three acks", func(e []inbox.Event) bool { return len(e) == 3 })
+		// One row at a time, each acked before the next is published: each
+		// is handled 5 s after the one before.
+		for n := 1; n <= 3; n++ {
+			ev.Wait(fmt.Sprintf("ack %d", n), func(e []inbox.Event) bool { return len(e) == n })
+			if n < 3 {
+				if _, err := inbox.Publish(context.Background(), b, q, Job{Payload: []byte("p")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
 		for _, e := range ev.All() {
 			if e.Outcome != inbox.Acked {
 				t.Fatalf("row %d: %v (%v), want acked", e.ID, e.Outcome, e.Err)

@@ -194,7 +194,15 @@ func (s MoveSQL) mysqlCalls(rows []Fenced, at any, instance string) []Call {
 	}
 	took.WriteString(" END")
 	cond := func(t string) string {
-		if s.fenced {
+		switch {
+		case len(rows) == 1 && s.fenced:
+			// Equalities on the primary key lock the row alone; an IN list
+			// may be read as a range, whose gap locks (at REPEATABLE READ,
+			// a handler's transaction) deadlock against its neighbours'.
+			return t + s.id + " = ? AND " + t + s.lu + " = ?"
+		case len(rows) == 1:
+			return t + s.id + " = ?"
+		case s.fenced:
 			return "(" + t + s.id + ", " + t + s.lu + ") IN (" + in.String() + ")"
 		}
 		return t + s.id + " IN (" + in.String() + ")"

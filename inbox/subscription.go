@@ -42,7 +42,7 @@ type subConfig struct {
 	timeout     time.Duration
 	name        string
 	observe     func(Event)
-	fairBy      string        // FairBy's column; "" for claims in claim order
+	fairBy      string // FairBy's column; "" for claims in claim order
 	limit       *limitConfig
 	history     time.Duration // History's retention; zero for none
 }

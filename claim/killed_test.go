@@ -15,6 +15,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/clock"
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
+	"github.com/sqlinbox/sqlinbox/internal/testdb"
 )
 
 // killedHolder kills the holder of a row while its handler runs: the row
@@ -144,21 +145,10 @@ func (s suite) killedHolder(t *testing.T) {
 // says how many it killed.
 func killTxHolders(t *testing.T, db *sql.DB) int {
 	t.Helper()
-	rows, err := db.Query(`SELECT p.id FROM information_schema.innodb_trx x
-		JOIN information_schema.processlist p ON p.id = x.trx_mysql_thread_id
-		WHERE p.db = DATABASE() AND p.id <> CONNECTION_ID()`)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
+	for _, x := range testdb.Transactions(t, db) {
+		ids = append(ids, x.Conn)
 	}
-	rows.Close()
 	for _, id := range ids {
 		if _, err := db.Exec(fmt.Sprintf("KILL CONNECTION %d", id)); err != nil {
 			t.Fatal(err)

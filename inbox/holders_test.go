@@ -12,6 +12,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/inboxtest"
 	"github.com/sqlinbox/sqlinbox/internal/claim"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/internal/testdb"
 )
 
 // lockDBs runs f, in a subtest named name, on each database that serves
@@ -68,20 +69,11 @@ func killHolder(t *testing.T, db *sql.DB, f claim.Form, table string, id int64) 
 		// so look again until one is left.
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 			holders = holders[:0]
-			rows, err := db.Query(`SELECT p.id FROM information_schema.innodb_trx x
-				JOIN information_schema.processlist p ON p.id = x.trx_mysql_thread_id
-				WHERE p.db = DATABASE() AND p.id <> CONNECTION_ID() AND x.trx_rows_locked > 0`)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for rows.Next() {
-				var h int64
-				if err := rows.Scan(&h); err != nil {
-					t.Fatal(err)
+			for _, x := range testdb.Transactions(t, db) {
+				if x.RowLocks > 0 {
+					holders = append(holders, x.Conn)
 				}
-				holders = append(holders, h)
 			}
-			rows.Close()
 			if len(holders) == 1 || time.Now().After(deadline) {
 				break
 			}
@@ -94,3 +86,4 @@ func killHolder(t *testing.T, db *sql.DB, f claim.Form, table string, id int64) 
 		t.Fatal(err)
 	}
 }
+

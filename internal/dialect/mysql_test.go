@@ -352,14 +352,10 @@ func TestMySQLRealConflicts(t *testing.T) {
 func waitForLockWait(t *testing.T, db *sql.DB) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		var n int
-		if err := db.QueryRow(`SELECT count(*) FROM information_schema.innodb_trx x
-			JOIN information_schema.processlist p ON p.id = x.trx_mysql_thread_id
-			WHERE x.trx_state = 'LOCK WAIT' AND p.db = DATABASE()`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			return
+		for _, x := range testdb.Transactions(t, db) {
+			if x.LockWait {
+				return
+			}
 		}
 	}
 	t.Fatal("no transaction waited for a row lock within 30s")

@@ -86,4 +86,3 @@ func killHolder(t *testing.T, db *sql.DB, f claim.Form, table string, id int64) 
 		t.Fatal(err)
 	}
 }
-

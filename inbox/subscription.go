@@ -80,7 +80,7 @@ func Observe(f func(Event)) SubOption {
 // instance. A worker takes its next row once its handler returns; the
 // row's ack, retry or park goes on beside it (at most n retries, parks and
 // snoozes of the subscription in flight at once, and, in the lease form,
-// whose acks wait on no worker, n + min(100, 4n) acks), and Observe sees
+// whose acks wait on no worker, n + min(2000, 20n) acks), and Observe sees
 // the outcome once it is settled. A row handled and not yet acked when its
 // process dies is handled again once its lease runs out. Default:
 // DefaultWorkers (1). Bound: at least 1.

@@ -26,6 +26,14 @@ const ackLinger = time.Millisecond
 // through the driver again for every batch.
 const ackIdle = 100 * time.Millisecond
 
+// ackFlushers is how many ack statements of one claimer may be in flight
+// where the database is far: a second goes out only for a whole batch
+// (maxAckBatch acks) queued while the first runs. Far from the database
+// (5 ms each way, on a loaded machine) one statement of 1000 acks took
+// 30-70 ms, the acks in flight reached their bound and workers waited on
+// them with claimed rows waiting.
+const ackFlushers = 2
+
 // ackTimeout bounds one batched ack statement.
 const ackTimeout = 30 * time.Second
 
@@ -49,9 +57,19 @@ type acker struct {
 func newAcker(c *claimer) *acker {
 	a := &acker{c: c}
 	a.commit = groupcommit.New(groupcommit.Config[dialect.Fenced]{
-		Flush: a.flush, Max: maxAckBatch, Linger: ackLinger, Idle: ackIdle,
+		Flush: a.flush, Max: maxAckBatch, Linger: ackLinger, Idle: ackIdle, Flushers: a.flushers,
 	})
 	return a
+}
+
+// flushers is how many ack statements may be in flight: ackFlushers where
+// the database is far (claim.FarRoundTrip, measured where writers run
+// side by side), else one.
+func (a *acker) flushers() int {
+	if a.c.trip.RoundTrip() >= claim.FarRoundTrip {
+		return ackFlushers
+	}
+	return 1
 }
 
 // claimed counts n more jobs in work: their acks are waited for.

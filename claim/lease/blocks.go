@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/sqlinbox/sqlinbox/internal/claim"
@@ -29,8 +30,10 @@ import (
 //
 // A ticket that fails (the sequence dropped, no right to it) turns the
 // blocks off for DeepRescans Rescans; the claim goes on without them.
-// The loop sends one lease claim at a time (Traits), so only Claim's
-// goroutine touches it.
+// Claims of one claimer may run side by side (Traits.SideBySide): each
+// takes a blocks of its own for its run (see lanes), so two claims in
+// flight claim in blocks apart as two claimers do, and only that claim's
+// goroutine touches it meanwhile.
 type blocks struct {
 	on     bool  // claims take blocks: a backlog was met
 	behind int   // claims behind the block still to go in this Rescan
@@ -50,9 +53,34 @@ const behindRuns = 5
 // blocksAllowed says whether claims may take blocks at now: the table has a block
 // sequence (and no priority column), the subscription takes all of it, and
 // no ticket failed lately.
-func (c *claimer) blocksAllowed(now time.Time) bool {
+func (c *claimer) blocksAllowed(b *blocks, now time.Time) bool {
 	e := &c.env
-	return e.SQL.Ticket.SQL() != "" && e.Group == nil && e.Rescan > 0 && !now.Before(c.blk.offUntil)
+	return e.SQL.Ticket.SQL() != "" && e.Group == nil && e.Rescan > 0 && !now.Before(b.offUntil)
+}
+
+// lanes keeps the blocks of the claims of one claimer: a claim takes one
+// for its run and puts it back. One claim at a time always gets the same
+// one back; a second claim in flight beside it gets one of its own.
+type lanes struct {
+	mu   sync.Mutex
+	free []*blocks
+}
+
+func (l *lanes) take() *blocks {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.free); n > 0 {
+		b := l.free[n-1]
+		l.free = l.free[:n-1]
+		return b
+	}
+	return &blocks{}
+}
+
+func (l *lanes) put(b *blocks) {
+	l.mu.Lock()
+	l.free = append(l.free, b)
+	l.mu.Unlock()
 }
 
 // after notes a claim from the floor or the mark: a full one whose rows are
@@ -78,8 +106,8 @@ func (c *claimer) claim(ctx context.Context, now time.Time, max int, from int64)
 // claimBehind takes up to max rows from id from on below the block, and
 // the rest from the block when there were fewer. rescan says it is the
 // Rescan's first.
-func (c *claimer) claimBehind(ctx context.Context, now time.Time, max int, from int64, rescan bool) ([]*claim.Job, error) {
-	e, b := &c.env, &c.blk
+func (c *claimer) claimBehind(ctx context.Context, b *blocks, now time.Time, max int, from int64, rescan bool) ([]*claim.Job, error) {
+	e := &c.env
 	if rescan {
 		b.behind = behindRuns
 	}
@@ -89,7 +117,7 @@ func (c *claimer) claimBehind(ctx context.Context, now time.Time, max int, from 
 		return jobs, err
 	}
 	b.behind = 0
-	more, err := c.claimBlocks(ctx, now, max-len(jobs))
+	more, err := c.claimBlocks(ctx, b, now, max-len(jobs))
 	return append(jobs, more...), err
 }
 
@@ -97,12 +125,12 @@ func (c *claimer) claimBehind(ctx context.Context, now time.Time, max int, from 
 // runs dry, from a new one. When the new one comes back short too, the
 // backlog may be over: claims go back to the floor and the mark, and the
 // rest is claimed from the floor at once.
-func (c *claimer) claimBlocks(ctx context.Context, now time.Time, max int) ([]*claim.Job, error) {
-	e, b := &c.env, &c.blk
+func (c *claimer) claimBlocks(ctx context.Context, b *blocks, now time.Time, max int) ([]*claim.Job, error) {
+	e := &c.env
 	var jobs []*claim.Job
 	for fresh := false; !fresh; {
 		if b.pos >= b.hi {
-			if !c.ticket(ctx, now, ticketBlocks(max)) {
+			if !c.ticket(ctx, b, now, ticketBlocks(max)) {
 				break
 			}
 			fresh = true
@@ -128,8 +156,8 @@ func (c *claimer) claimBlocks(ctx context.Context, now time.Time, max int) ([]*c
 
 // ticket takes the next run of n blocks from the table's block sequence,
 // and says whether it got one.
-func (c *claimer) ticket(ctx context.Context, now time.Time, n int64) bool {
-	e, b := &c.env, &c.blk
+func (c *claimer) ticket(ctx context.Context, b *blocks, now time.Time, n int64) bool {
+	e := &c.env
 	var t int64
 	q := e.SQL.Ticket.Call(b.least, n)
 	err := e.DB.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&t)
@@ -151,8 +179,8 @@ func (c *claimer) ticket(ctx context.Context, now time.Time, n int64) bool {
 // against 15 ms for one statement).
 const ticketClaims = 4
 
-// ticketBlocks is how many blocks a ticket for a claim of rows takes: one
-// for claims of up to a quarter block, as before.
+// ticketBlocks is how many blocks a ticket for a claim of rows takes:
+// one for claims of up to a quarter block, as before.
 func ticketBlocks(rows int) int64 {
 	return int64(max(1, (ticketClaims*rows+dialect.BlockIDs-1)/dialect.BlockIDs))
 }

@@ -42,18 +42,23 @@ type claimer struct {
 	env  claim.Env
 	acks *acker
 
-	mark claim.Mark // where the next claim starts (see claim.Mark)
-	blk  blocks     // the claimer's block of ids under a backlog
+	mark  claim.Mark // where the next claim starts (see claim.Mark)
+	lanes lanes      // the blocks of ids of its claims under a backlog
+	trip  roundTrip  // the database's round trip, where claims run side by side
 }
 
 func (c *claimer) Traits() claim.Traits {
-	return claim.Traits{HoldExpires: true, ClaimLimit: dialect.MaxClaim, ConcurrentWriters: c.env.Dialect.ConcurrentWriters()}
+	return claim.Traits{HoldExpires: true, ClaimLimit: dialect.MaxClaim, ConcurrentWriters: c.env.Dialect.ConcurrentWriters(), SideBySide: true}
 }
 
 func (c *claimer) Held() int { return 0 }
 
 // Floor is where the next claim after a short one starts (engine.Floorer).
 func (c *claimer) Floor() int64 { return c.mark.Floor() }
+
+// RoundTrip is the database's round trip as last measured
+// (engine.RoundTripper); zero where the database takes one writer.
+func (c *claimer) RoundTrip() time.Duration { return c.trip.RoundTrip() }
 
 func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	e := &c.env
@@ -64,6 +69,11 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 		defer e.Budget.Release()
 	}
 	max = min(max, dialect.MaxClaim) // the Postgres claim's locking limit
+	if e.Dialect.ConcurrentWriters() {
+		if measured := c.trip.maybe(ctx, e.DB); measured != nil {
+			defer func() { <-measured }()
+		}
+	}
 	// The turn to write is held until the rows are read: SQLite commits the
 	// claim then.
 	if err := e.Writer.Lock(ctx); err != nil {
@@ -77,14 +87,16 @@ func (c *claimer) Claim(ctx context.Context, max int) ([]*claim.Job, error) {
 	from, marked := c.mark.Resume(now, e.Rescan)
 	var jobs []*claim.Job
 	var err error
-	switch b := &c.blk; {
+	b := c.lanes.take()
+	defer c.lanes.put(b)
+	switch {
 	case b.on && b.hi > b.lo && (!marked || b.behind > 0):
-		jobs, err = c.claimBehind(ctx, now, max, from, !marked)
+		jobs, err = c.claimBehind(ctx, b, now, max, from, !marked)
 	case b.on && marked:
-		jobs, err = c.claimBlocks(ctx, now, max)
+		jobs, err = c.claimBlocks(ctx, b, now, max)
 	default:
 		jobs, err = c.claim(ctx, now, max, from)
-		b.after(c.blocksAllowed(now), err == nil && len(jobs) == max, jobs)
+		b.after(c.blocksAllowed(b, now), err == nil && len(jobs) == max, jobs)
 	}
 	if err != nil && len(jobs) == 0 {
 		return nil, err

@@ -54,6 +54,10 @@ type Mark struct {
 // table's start (see Mark).
 const DeepRescans = contract.DeepRescans
 
+// FarRoundTrip is the database's round trip (a ping) from which a form
+// may keep more in flight (see contract.FarRoundTrip).
+const FarRoundTrip = contract.FarRoundTrip
+
 // Start returns the least id the next claim looks at, now being the time on
 // the form's clock: math.MinInt64 for the whole table, since ids may be
 // zero or negative where the publisher writes them.

@@ -58,12 +58,14 @@ type loop struct {
 	// A form whose claim takes a row for every free worker (lease,
 	// advisory) keeps one claim in flight: workers freed meanwhile join the
 	// next claim, so a busy subscription claims in large batches and pays a
-	// commit for many rows, not one a freed worker. A form that takes one row
+	// commit for many rows, not one a freed worker (a second goes out beside
+	// it where the database is far: farClaims). A form that takes one row
 	// a claim (row lock) keeps one in flight per free worker, within the
 	// connection budget. SQLite has one writer: one claim in flight.
 	maxClaims int
 	free      int // workers without a job, less those asked for in flight
 	inflight  int
+	inRows    int // rows the claims in flight asked for
 	settling  int
 	idle      bool // waiting for a wake or the poll
 	wakeGen   uint64
@@ -133,6 +135,7 @@ type loop struct {
 	// few: with the rate, the rows a claim takes and when one is sent
 	// ahead (prefetch).
 	trip time.Duration
+	rt   RoundTripper // the form's, if it measures the database's round trip
 }
 
 func newLoop(e *Engine, w *workers, ctx context.Context) *loop {
@@ -142,6 +145,7 @@ func newLoop(e *Engine, w *workers, ctx context.Context) *loop {
 		l.maxClaims = e.cfg.Conns
 	}
 	w.signalEach = e.traits.PinsConnection || l.maxClaims > 1
+	l.rt, _ = e.cfg.Claimer.(RoundTripper)
 	l.claimBase = context.WithoutCancel(ctx)
 	if e.cfg.Poller != nil {
 		l.parking = parking{group: e.cfg.Group, floor: floorOf(e.cfg.Claimer), due: make(chan struct{}, 1), idle: e.cfg.Idle}
@@ -245,7 +249,13 @@ func (l *loop) endClaims() {
 func (l *loop) claimMore() {
 	e := l.e
 	rows := e.traits.RowsPerClaim
-	for !l.stopping && !l.idle && !l.cooling && l.free > 0 && l.inflight < l.maxClaims && l.inflight+e.cfg.Claimer.Held() < e.cfg.Conns {
+	for !l.stopping && !l.idle && !l.cooling && l.free > 0 && l.inflight < l.claimsNow() && l.inflight+e.cfg.Claimer.Held() < e.cfg.Conns {
+		if l.inflight >= l.maxClaims && float64(l.inRows+l.w.spare.len()) >= float64(l.free)+l.tripRows() {
+			// A far claim beside the one in flight: only while the rows
+			// coming and waiting fall short of the free workers and a
+			// round trip's worth.
+			return
+		}
 		k := l.e.limit(l.free)
 		extra := l.extra(k)
 		// A claim that takes spare rows is as large at once: it waits for
@@ -269,6 +279,8 @@ func (l *loop) claimMore() {
 func (l *loop) send(k, extra int) {
 	l.free -= k
 	l.inflight++
+	l.inRows += k + extra
+	l.armPrefetch()
 	l.e.stats.claims.Add(1)
 	if l.claimCtx == nil {
 		l.claimCtx, l.cancelClaims = context.WithCancel(l.claimBase)
@@ -310,7 +322,14 @@ func (l *loop) onResult(ctx context.Context, r claimResult) {
 		l.stop()
 	}
 	l.inflight--
-	if r.err == nil {
+	l.inRows -= r.asked
+	switch {
+	case r.err != nil:
+	case l.trip == 0:
+		// The first round trip is the average's start: from zero it took
+		// some ten claims to reach a far database's, each sized for less.
+		l.trip = r.took
+	default:
 		l.trip += (r.took - l.trip) / tripWeight
 	}
 	n := min(len(r.jobs), r.workers)
@@ -355,6 +374,12 @@ func (l *loop) onResult(ctx context.Context, r claimResult) {
 		}
 	default:
 		l.worked()
+		if l.idle && !l.backingOff && l.maxClaims == 1 {
+			// The far claim beside it came back short first (see
+			// farClaims): this one says the backlog goes on. (Forms of
+			// many claims in flight wait for the poll or a wake, as ever.)
+			l.resume()
+		}
 	}
 }
 
@@ -416,6 +441,15 @@ func (l *loop) endBackoff() {
 	l.unpark()
 	l.backingOff, l.idle, l.pollArmed = false, false, false
 	l.e.outage.Store(false)
+	if l.poll != nil {
+		l.poll.Stop()
+	}
+}
+
+// resume ends the idle wait after a short claim, before its poll.
+func (l *loop) resume() {
+	l.unpark()
+	l.idle, l.pollArmed = false, false
 	if l.poll != nil {
 		l.poll.Stop()
 	}

@@ -118,23 +118,32 @@ func TestClaimOnADeadConnectionSentAgainAtOnce(t *testing.T) {
 // database across a network would, and records the rows each claim asked.
 type farClaimer struct {
 	contract.Claimer
-	trip time.Duration
-	mu   sync.Mutex
-	left int
-	next int64
-	asks []int
+	trip       time.Duration
+	sideBySide bool
+	mu         sync.Mutex
+	left       int
+	next       int64
+	asks       []int
+	// claims in flight now, and the most at once
+	inflight, most int
 }
 
 func (c *farClaimer) Traits() contract.Traits {
-	return contract.Traits{HoldExpires: true, ClaimLimit: 1000, ConcurrentWriters: true}
+	return contract.Traits{HoldExpires: true, ClaimLimit: 1000, ConcurrentWriters: true, SideBySide: c.sideBySide}
 }
-func (c *farClaimer) Held() int { return 0 }
-func (c *farClaimer) Claim(ctx context.Context, max int) ([]*contract.Job, error) {
+func (c *farClaimer) Held() int                { return 0 }
+func (c *farClaimer) RoundTrip() time.Duration { return c.trip }
+func (c *farClaimer) Claim(ctx context.Context, asked int) ([]*contract.Job, error) {
+	c.mu.Lock()
+	c.inflight++
+	c.most = max(c.most, c.inflight)
+	c.mu.Unlock()
 	time.Sleep(c.trip) // the round trip
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.asks = append(c.asks, max)
-	n := min(max, c.left)
+	c.inflight--
+	c.asks = append(c.asks, asked)
+	n := min(asked, c.left)
 	c.left -= n
 	jobs := make([]*contract.Job, n)
 	for i := range jobs {
@@ -176,5 +185,39 @@ func TestFarClaimsGrowWithTheirRoundTrip(t *testing.T) {
 	}
 	if len(c.asks) >= rows/100 {
 		t.Fatalf("%d claims for %d rows: no more rows a claim than 100", len(c.asks), rows)
+	}
+}
+
+// Where the round trip is long and the form's claims may run side by side,
+// a second claim goes out beside the one in flight under a backlog, never
+// a third; a form whose claims may not gets one at a time.
+func TestFarClaimsSideBySide(t *testing.T) {
+	const rows, workers = 40000, 100
+	for _, sideBySide := range []bool{false, true} {
+		c := &farClaimer{trip: 20 * time.Millisecond, left: rows, sideBySide: sideBySide}
+		_, events := runEngineWith(t, c, func(error) bool { return false }, func(error) bool { return false }, workers, 4, slog.New(slog.DiscardHandler))
+		start := time.Now()
+		for n := range rows {
+			select {
+			case ev := <-events:
+				if ev.Outcome != inboxtype.Acked {
+					t.Fatalf("event %+v, want the row acked", ev)
+				}
+			case <-time.After(time.Minute):
+				t.Fatalf("side by side %v: %d of %d rows handled within a minute", sideBySide, n, rows)
+			}
+		}
+		took := time.Since(start)
+		c.mu.Lock()
+		most, claims := c.most, len(c.asks)
+		c.mu.Unlock()
+		t.Logf("side by side %v: %d rows in %v, %d claims of 20 ms, at most %d in flight", sideBySide, rows, took, claims, most)
+		want := 1
+		if sideBySide {
+			want = farClaims
+		}
+		if most != want {
+			t.Errorf("side by side %v: at most %d claims in flight, want %d", sideBySide, most, want)
+		}
 	}
 }

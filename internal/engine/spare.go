@@ -215,18 +215,45 @@ func (l *loop) tripRows() float64 { return l.rate * l.trip.Seconds() }
 // second claim in flight was tried).
 const farTrip = 2 * time.Millisecond
 
+// farClaims is how many claims a subscription whose form keeps one in
+// flight (RowsPerClaim zero) may have in flight where the database is far
+// (farTrip) under a backlog, if its claims may run side by side
+// (Traits.SideBySide): a claim of 1000 rows took 15-45 ms at 5 ms each way,
+// and while it ran nothing else was claimed, so the workers waited on every
+// claim (one claim in flight drained at most 1000 rows a round trip). A
+// second goes out while the rows coming and waiting fall short of a round
+// trip's worth (prefetch, claimMore), so the process holds at most two
+// claims' rows beyond its workers.
+const farClaims = 2
+
+// RoundTripper is a Claimer that measures its database's round trip apart
+// from the work of a claim (a ping): from contract.FarRoundTrip, a form of
+// one claim in flight may have a second beside it (see farClaims).
+type RoundTripper interface {
+	RoundTrip() time.Duration
+}
+
+// claimsNow is how many claims the loop may have in flight now.
+func (l *loop) claimsNow() int {
+	if l.maxClaims == 1 && l.rt != nil && l.trip >= farTrip && l.backlog && l.e.traits.SideBySide && l.spares() && l.rt.RoundTrip() >= contract.FarRoundTrip {
+		return farClaims
+	}
+	return l.maxClaims
+}
+
 // prefetch sends a claim for spare rows alone while every worker is busy
-// under a backlog, once the spare rows left would run out before a claim
-// sent now came back (tripRows): where the database is far (farTrip),
-// workers then find rows waiting instead of waiting a round trip for them.
-// A claim of spare rows is made only where claims take them (spares).
+// under a backlog, once the spare rows left and those the claims in flight
+// bring would run out before a claim sent now came back (tripRows): where
+// the database is far (farTrip), workers then find rows waiting instead of
+// waiting a round trip for them. A claim of spare rows is made only where
+// claims take them (spares).
 func (l *loop) prefetch() {
-	if l.trip < farTrip || l.stopping || l.idle || l.cooling || !l.backlog || l.free > 0 || l.inflight > 0 || !l.spares() ||
-		l.e.cfg.Claimer.Held() >= l.e.cfg.Conns {
+	if l.trip < farTrip || l.stopping || l.idle || l.cooling || !l.backlog || l.free > 0 || l.inflight >= l.claimsNow() || !l.spares() ||
+		l.inflight+l.e.cfg.Claimer.Held() >= l.e.cfg.Conns {
 		return
 	}
 	left := l.w.spare.len()
-	if left == 0 || float64(left) > l.tripRows() {
+	if left == 0 && l.inflight == 0 || float64(left+l.inRows) > l.tripRows() {
 		return
 	}
 	if extra := l.extra(0); extra > 0 {
@@ -235,10 +262,11 @@ func (l *loop) prefetch() {
 }
 
 // armPrefetch tells the workers at how many spare rows left to signal the
-// loop: those its round trip takes, where claims take spare rows.
+// loop: those its round trip takes less those the claims in flight bring,
+// where claims take spare rows.
 func (l *loop) armPrefetch() {
 	low := int64(-1)
-	if rows := int64(l.tripRows()); rows > 0 && l.trip >= farTrip && l.spares() && l.backlog {
+	if rows := int64(l.tripRows()) - int64(l.inRows); rows > 0 && l.trip >= farTrip && l.spares() && l.backlog && l.inflight < l.claimsNow() {
 		low = rows
 	}
 	l.w.spare.low.Store(low)

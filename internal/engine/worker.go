@@ -247,13 +247,14 @@ func newAckWait(w *workers) *ackWait {
 }
 
 // ackRoom is how many acks beyond its n workers a subscription may have
-// handed to its form unanswered: as many as the rows a claim may bring
-// under a backlog however far the database (batchRows), so a process of
-// few workers fills an ack statement as one of many does, acks sent while
-// one statement is on its round trip do not hold up the workers, and a
-// process of a single worker runs at most 5 jobs ahead of its committed
-// acks.
-func ackRoom(n int) int { return batchRows(n, maxBatch) }
+// handed to its form unanswered: as many as the rows farClaims claims may
+// bring under a backlog however far the database (batchRows), so a
+// process of few workers fills an ack statement as one of many does, acks
+// sent while a statement is on its round trip do not hold up the workers
+// (the lease form sends a second statement for a whole batch beside the
+// first), and a process of a single worker runs at most 20 jobs ahead of
+// its committed acks.
+func ackRoom(n int) int { return farClaims * batchRows(n, maxBatch) }
 
 // async says the job is acked by its form without a waiter.
 func (h *handling) async() bool {

@@ -18,7 +18,8 @@ import (
 type Config[R any] struct {
 	// Flush runs one batch and sets errs[i] to batch[i]'s failure (nil for
 	// success). errs comes zeroed, as long as batch. Flush runs on the
-	// committer's goroutine, one at a time, and keeps neither slice.
+	// committer's goroutines, up to Flushers at once (one unless set), and
+	// keeps neither slice.
 	// Required.
 	Flush func(batch []R, errs []error)
 	// Max is the most requests one flush takes. Zero means no bound.
@@ -31,6 +32,12 @@ type Config[R any] struct {
 	// once it has flushed all, before it ends: a goroutine started anew
 	// grows its stack through the driver again. Zero: it ends at once.
 	Idle time.Duration
+	// Flushers, if set, is the most flushes in flight at once, asked each
+	// time a whole batch waits; unset, one. A flush beyond the first
+	// starts only for a whole batch (Max requests queued while the others
+	// run), so requests still share flushes as with one: it is for a flush
+	// whose round trip is long, which requests outrun. Needs Max.
+	Flushers func() int
 	// Rest, if set, is called with the committer's lock held each time the
 	// goroutine finds nothing queued after a flush (more than once in a
 	// row, at times): a request queued after it is flushed by a flush that
@@ -49,6 +56,8 @@ type Committer[R any] struct {
 	first    time.Time // when the oldest pending request came
 	expected int       // requests announced by Expect, not yet come
 	running  bool
+	flushing int           // flushes in flight
+	extra    int           // goroutines beside run's that flush whole batches (see Flushers)
 	wake     chan struct{} // a request came, or the awaited one was dropped
 	timer    *time.Timer   // the linger's and the idle wait's, kept by run
 }
@@ -137,6 +146,10 @@ func (c *Committer[R]) queue(cl call[R]) {
 	if !c.running {
 		c.running = true
 		go c.run()
+	} else if c.full() && c.flushing > 0 && c.cfg.Flushers != nil && c.extra+1 < c.cfg.Flushers() {
+		// run's flush is in flight and a whole batch waits.
+		c.extra++
+		go c.runWhole()
 	}
 	c.mu.Unlock()
 	if wake {
@@ -194,29 +207,66 @@ func (c *Committer[R]) run() {
 			}
 			return
 		}
-		calls = append(calls[:0], c.pending[:n]...)
-		rest := copy(c.pending, c.pending[n:])
-		clear(c.pending[rest:])
-		c.pending = c.pending[:rest]
-		c.first = time.Now() // those left have waited a flush already
+		calls = c.take(calls, n)
 		c.mu.Unlock()
-
-		batch, errs = batch[:0], errs[:0]
-		for _, cl := range calls {
-			batch = append(batch, cl.r)
-			errs = append(errs, nil)
-		}
-		c.cfg.Flush(batch, errs)
-		for i, cl := range calls {
-			if cl.done != nil {
-				cl.done(errs[i])
-			} else {
-				cl.res <- errs[i]
-			}
-		}
-		clear(batch) // let go of what the requests hold
-		clear(calls)
+		batch, errs = c.flush(calls, batch, errs)
 	}
+}
+
+// runWhole flushes whole batches beside run while they wait, then ends.
+func (c *Committer[R]) runWhole() {
+	var (
+		batch []R
+		errs  []error
+		calls []call[R]
+	)
+	for {
+		c.mu.Lock()
+		if !c.full() {
+			c.extra--
+			c.mu.Unlock()
+			return
+		}
+		calls = c.take(calls, c.cfg.Max)
+		c.mu.Unlock()
+		batch, errs = c.flush(calls, batch, errs)
+	}
+}
+
+// take moves the n oldest queued requests into calls, a flush in flight.
+// The caller holds c.mu.
+func (c *Committer[R]) take(calls []call[R], n int) []call[R] {
+	calls = append(calls[:0], c.pending[:n]...)
+	rest := copy(c.pending, c.pending[n:])
+	clear(c.pending[rest:])
+	c.pending = c.pending[:rest]
+	c.first = time.Now() // those left have waited a flush already
+	c.flushing++
+	return calls
+}
+
+// flush runs one batch of calls and tells each its result; batch and errs
+// are kept between flushes.
+func (c *Committer[R]) flush(calls []call[R], batch []R, errs []error) ([]R, []error) {
+	batch, errs = batch[:0], errs[:0]
+	for _, cl := range calls {
+		batch = append(batch, cl.r)
+		errs = append(errs, nil)
+	}
+	c.cfg.Flush(batch, errs)
+	c.mu.Lock()
+	c.flushing--
+	c.mu.Unlock()
+	for i, cl := range calls {
+		if cl.done != nil {
+			cl.done(errs[i])
+		} else {
+			cl.res <- errs[i]
+		}
+	}
+	clear(batch) // let go of what the requests hold
+	clear(calls)
+	return batch, errs
 }
 
 // linger waits, up to Config.Linger from the oldest queued request, while

@@ -214,3 +214,48 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// With two flushers, a second flush starts beside a slow one only once a
+// whole batch waits, takes exactly that batch, and no third starts.
+func TestSecondFlushTakesAWholeBatch(t *testing.T) {
+	r := &recorder{gate: make(chan struct{}), entered: make(chan int, 8)}
+	c := New(Config[int]{Flush: r.flush, Max: 4, Flushers: func() int { return 2 }})
+	results := make(chan error, 20)
+	submit := func(v int) { c.Submit(v, func(err error) { results <- err }) }
+	submit(0)
+	if n := <-r.entered; n != 1 {
+		t.Fatalf("the first flush took %d requests, want 1", n)
+	}
+	for v := 2; v < 8; v += 2 { // three: less than a batch
+		submit(v)
+	}
+	select {
+	case n := <-r.entered:
+		t.Fatalf("a flush of %d started beside the first before a whole batch waited", n)
+	case <-time.After(50 * time.Millisecond):
+	}
+	submit(8) // the fourth: a whole batch
+	if n := <-r.entered; n != 4 {
+		t.Fatalf("the second flush took %d requests, want a whole batch of 4", n)
+	}
+	for v := 10; v < 18; v += 2 { // another whole batch, with two in flight
+		submit(v)
+	}
+	select {
+	case n := <-r.entered:
+		t.Fatalf("a third flush of %d started while two were in flight", n)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(r.gate)
+	for range 9 {
+		if err := <-results; err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t.Logf("batches: %v", r.batches)
+	if !r.overlap {
+		t.Error("no two flushes overlapped")
+	}
+}

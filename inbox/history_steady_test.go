@@ -62,7 +62,9 @@ type steadyResult struct {
 
 type durations struct{ p50, p99, max time.Duration }
 
-func (d durations) String() string { return "p50 " + d.p50.String() + ", p99 " + d.p99.String() + ", max " + d.max.String() }
+func (d durations) String() string {
+	return "p50 " + d.p50.String() + ", p99 " + d.p99.String() + ", max " + d.max.String()
+}
 
 // steadyPhase publishes 500 rows every 100 ms for d, handled by a service
 // of 32 workers (with History(retention) when positive), and times its

@@ -92,15 +92,6 @@ func readHistory(t *testing.T, db *sql.DB, table string) map[int64]historyRow {
 	return out
 }
 
-func countRows(t *testing.T, db *sql.DB, table string) int {
-	t.Helper()
-	var n int
-	if err := db.QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // An ack moves the row into the history with its columns as they were,
 // when, by which instance and how long its handling took. Every form,
 // every database.
@@ -138,7 +129,7 @@ func TestHistoryKeepsAckedRows(t *testing.T) {
 				t.Fatalf("row %d: %v (%v), want acked", e.ID, e.Outcome, e.Err)
 			}
 		}
-		if n := countRows(t, b.DB(), table); n != 0 {
+		if n := rowsOf(t, b.DB(), table); n != 0 {
 			t.Fatalf("%d rows left in %s, want none", n, table)
 		}
 		got := readHistory(t, b.DB(), table)
@@ -235,7 +226,7 @@ func TestHistoryAckStaysFenced(t *testing.T) {
 			if evs[0].Outcome == inbox.Acked {
 				t.Fatalf("the ack of a row whose lease was taken over reported acked")
 			}
-			if n := countRows(t, b.DB(), table); n != 1 {
+			if n := rowsOf(t, b.DB(), table); n != 1 {
 				t.Fatalf("%d rows in %s, want the one row still there", n, table)
 			}
 			if got := readHistory(t, b.DB(), table); len(got) != 0 {
@@ -350,7 +341,7 @@ func TestHistoryReservesKeys(t *testing.T) {
 		// key is free.
 		eventually(t, "the prune", func() bool {
 			fc.Advance(time.Minute)
-			return countRows(t, b.DB(), "jobs_history") == 0
+			return rowsOf(t, b.DB(), "jobs_history") == 0
 		})
 		later, err := inbox.Publish(ctx, b, q, Invoice{Payload: []byte("f"), Key: "inv-1"})
 		if err != nil || later == first {
@@ -394,7 +385,7 @@ func TestHistoryKeysUnderAcks(t *testing.T) {
 			}
 		}
 		receiveN(t, done, keys, "handlings")
-		eventually(t, "every row moved", func() bool { return countRows(t, b.DB(), "jobs") == 0 })
+		eventually(t, "every row moved", func() bool { return rowsOf(t, b.DB(), "jobs") == 0 })
 		mu.Lock()
 		defer mu.Unlock()
 		for k, n := range handled {
@@ -402,8 +393,8 @@ func TestHistoryKeysUnderAcks(t *testing.T) {
 				t.Errorf("key %s handled %d times, want once", k, n)
 			}
 		}
-		if len(handled) != keys || countRows(t, b.DB(), "jobs_history") != keys {
-			t.Fatalf("%d keys handled, %d history rows; want %d each", len(handled), countRows(t, b.DB(), "jobs_history"), keys)
+		if len(handled) != keys || rowsOf(t, b.DB(), "jobs_history") != keys {
+			t.Fatalf("%d keys handled, %d history rows; want %d each", len(handled), rowsOf(t, b.DB(), "jobs_history"), keys)
 		}
 	})
 }
@@ -444,10 +435,10 @@ func TestHistoryHandleTx(t *testing.T) {
 				t.Errorf("row %d in the history: %+v (found %v), want attempts %d", id, r, ok, want)
 			}
 		}
-		if n := countRows(t, b.DB(), table+"_effects"); n != 4 {
+		if n := rowsOf(t, b.DB(), table+"_effects"); n != 4 {
 			t.Fatalf("%d effects kept, want one a row (the failed attempts' rolled back)", n)
 		}
-		if n := countRows(t, b.DB(), table); n != 0 {
+		if n := rowsOf(t, b.DB(), table); n != 0 {
 			t.Fatalf("%d rows left queued", n)
 		}
 	})

@@ -294,20 +294,7 @@ func (p *pin) begin(ctx context.Context) (*sql.Tx, error) {
 
 // deleteMany deletes rows ids and marks in deleted those it deleted.
 func (p *pin) deleteMany(ctx context.Context, ids []int64, deleted map[int64]bool) error {
-	q := p.c.env.SQL.DeleteMany.Call(ids)
-	rows, err := p.conn.QueryContext(ctx, q.SQL, q.Args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return err
-		}
-		deleted[id] = true
-	}
-	return rows.Err()
+	return claim.ReadIDs(ctx, p.conn, p.c.env.SQL.DeleteMany.Call(ids), deleted)
 }
 
 // pipelineAck sends DeleteMany, a Sync, Unlock and a Sync in one round

@@ -192,20 +192,8 @@ func (a *acker) deleteMany(ctx context.Context, batch []dialect.Fenced) (map[int
 	if !e.SQL.AckMany.Returns() {
 		return a.deleteCounted(ctx, batch, q)
 	}
-	rows, err := e.Stmts.QueryContext(ctx, q.SQL, q.Args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	deleted := make(map[int64]bool, len(batch))
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		deleted[id] = true
-	}
-	return deleted, rows.Err()
+	return deleted, claim.ReadIDs(ctx, e.Stmts, q, deleted)
 }
 
 // deleteCounted is deleteMany where the delete returns no ids (MySQL 8):

@@ -38,7 +38,7 @@ func (h *History) Move(ctx context.Context, run Runner, begin func(context.Conte
 	calls := s.Call(rows, now, h.Instance)
 	moved := make(map[int64]bool, len(rows))
 	if s.Returns() {
-		return moved, readIDs(ctx, run, calls[0], moved)
+		return moved, ReadIDs(ctx, run, calls[0], moved)
 	}
 	if begin == nil {
 		ok, err := runAll(ctx, run, calls, len(rows))
@@ -96,7 +96,9 @@ func runAll(ctx context.Context, run Runner, calls []dialect.Call, n int) (bool,
 	return true, nil
 }
 
-func readIDs(ctx context.Context, run Runner, c dialect.Call, into map[int64]bool) error {
+// ReadIDs runs c, a statement that returns ids (DELETE ... RETURNING id,
+// a move into the history), and marks each in into.
+func ReadIDs(ctx context.Context, run Runner, c dialect.Call, into map[int64]bool) error {
 	rows, err := run.QueryContext(ctx, c.SQL, c.Args...)
 	if err != nil {
 		return err

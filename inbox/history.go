@@ -29,7 +29,7 @@ import (
 //
 // The history table has the inbox table's columns and three more; Run's
 // table check says when it is missing and prints its DDL
-// (migrations.ApplyHistory creates it for the reference table).
+// (migrations.ApplyHistory creates it too).
 // Default: no history (acks delete). Bound: retention positive.
 func History(retention time.Duration) SubOption {
 	return func(c *subConfig) error {

@@ -10,7 +10,9 @@ import (
 
 // ApplyHistory creates the history of table (table_history), where a
 // subscription with inbox.History moves acked rows: table's columns as the
-// catalog has them, then handled_at, handled_by and duration_us, with
+// catalog has them, then handled_at (of the type of table's locked_until
+// column; a lease column of another name: print the DDL the table check
+// prints instead), handled_by and duration_us, with
 // indexes on handled_at and on idColumn, and on keyColumn where it is not
 // "" (a publish looks keys up there). table must exist. Idempotent; a
 // history that exists is left as it is (a subscription's table check names

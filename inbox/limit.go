@@ -138,7 +138,7 @@ func (s *Subscription) newLimiter(t dialect.Table, c contract.Claimer) {
 	}
 	s.limiter = slots.New(slots.Config{DB: s.b.db, SQL: s.b.d.Slots(channel), Writer: s.b.writer, Clock: s.b.clock,
 		Limit: t.Limit, Table: s.table, HoldExpires: c.Traits().HoldExpires, TTL: s.cfg.lease, Sweep: s.b.poll,
-		Freed: func() { s.b.hub.Wake(s.table, "") }, Log: s.b.log.With("subscription", s.cfg.name)})
+		Freed: func() { s.b.hub.Wake(s.table, "") }, Log: s.b.log.With("subscription", s.cfg.name), Conflict: s.b.d.Conflict})
 }
 
 // limitClaims is the claim middleware of a limited subscription: it sweeps

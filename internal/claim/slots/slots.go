@@ -49,6 +49,18 @@ type Config struct {
 	// process are woken.
 	Freed func()
 	Log   *slog.Logger
+	// Conflict says a statement was rolled back for a deadlock or a lock
+	// wait timeout (MariaDB/MySQL): it is sent again, a few times.
+	Conflict func(error) bool
+}
+
+// conflictTries is how many times a take or a free that met a conflict is
+// sent.
+const conflictTries = 3
+
+// again says whether a statement that failed with err on try is sent again.
+func (l *Limiter) again(err error, try int) bool {
+	return err != nil && try < conflictTries && l.cfg.Conflict != nil && l.cfg.Conflict(err)
 }
 
 // Limiter takes and frees the slots of one subscription.
@@ -258,7 +270,14 @@ func (l *Limiter) take(ctx context.Context, jobs []*contract.Job) (map[int64]dia
 	for _, w := range want {
 		slotOf[w.RowID] = w
 	}
-	taken, err := l.insert(ctx, fence, want)
+	var taken []int64
+	var err error
+	for try := 1; ; try++ {
+		taken, err = l.insert(ctx, fence, want)
+		if !l.again(err, try) {
+			break
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -370,7 +389,12 @@ func (l *Limiter) flushFree(batch []dialect.SlotHeld, errs []error) {
 			l.cfg.Writer.Unlock()
 		}
 	} else {
-		err = l.exec(ctx, q)
+		for try := 1; ; try++ {
+			err = l.exec(ctx, q)
+			if !l.again(err, try) {
+				break
+			}
+		}
 	}
 	if err != nil {
 		// The slots stay until their expiry: then the sweep deletes them.

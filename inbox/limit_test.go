@@ -217,7 +217,12 @@ func TestLimitReleaseWakesNextRow(t *testing.T) {
 		select {
 		case <-started:
 		case <-time.After(20 * time.Second):
-			t.Fatal("the second row did not start within 20s of the first's ack (poll: 1m)")
+			var slots, held int
+			_ = b.DB().QueryRow("SELECT count(*), count(NULLIF(holder, '')) FROM sqlinbox_limit_slots").Scan(&slots, &held)
+			var lu sql.NullString
+			var att int
+			_ = b.DB().QueryRow("SELECT CAST(locked_until AS TEXT), attempts FROM "+table).Scan(&lu, &att)
+			t.Fatalf("the second row did not start within 20s of the first's ack (poll: 1m); stats %+v, %d rows (locked_until %v, attempts %d), slot rows %d, held %d", sub.Stats(), rowsOf(t, b.DB(), table), lu, att, slots, held)
 		}
 		took := time.Since(at)
 		t.Logf("ack to next row's start: %v (poll 1m)", took)

@@ -463,36 +463,54 @@ type slotted struct {
 
 func (s *slotted) slot() *slotted { return s }
 
-// release frees the slot, once: the delete is batched with others.
-func (s *slotted) release() {
-	if s.freed.CompareAndSwap(false, true) {
-		s.l.freeing.Add(1)
-		s.l.free.Submit(s.h, func(error) { s.l.freeing.Done() })
+// release frees the slot, once, and calls then (if not nil) when the free
+// is written: the free is batched with others.
+func (s *slotted) release(then func()) {
+	if !s.freed.CompareAndSwap(false, true) {
+		if then != nil {
+			then()
+		}
+		return
 	}
+	s.l.freeing.Add(1)
+	s.l.free.Submit(s.h, func(error) {
+		s.l.freeing.Done()
+		if then != nil {
+			then()
+		}
+	})
+}
+
+// settled frees the slot and waits until the free is written, so that the
+// claim the engine sends once a settlement returns finds the slot free.
+func (s *slotted) settled() {
+	done := make(chan struct{})
+	s.release(func() { close(done) })
+	<-done
 }
 
 func (s *slotted) Ack(ctx context.Context) error {
-	defer s.release()
+	defer s.settled()
 	return s.Settler.Ack(ctx)
 }
 
 func (s *slotted) Retry(ctx context.Context, delay time.Duration, lastError string) error {
-	defer s.release()
+	defer s.settled()
 	return s.Settler.Retry(ctx, delay, lastError)
 }
 
 func (s *slotted) Park(ctx context.Context, lastError string) error {
-	defer s.release()
+	defer s.settled()
 	return s.Settler.Park(ctx, lastError)
 }
 
 func (s *slotted) Snooze(ctx context.Context, delay time.Duration) error {
-	defer s.release()
+	defer s.settled()
 	return s.Settler.Snooze(ctx, delay)
 }
 
 func (s *slotted) Release(ctx context.Context) error {
-	defer s.release()
+	defer s.settled()
 	return s.Settler.Release(ctx)
 }
 
@@ -522,15 +540,14 @@ func (s *slotted) Forget() {
 	if f, ok := s.Settler.(contract.Forgetter); ok {
 		f.Forget()
 	}
-	s.release()
+	s.release(nil)
 }
 
 type slottedAsync struct{ *slotted }
 
 func (s *slottedAsync) AckAsync(done func(error)) {
 	s.Settler.(contract.AsyncAcker).AckAsync(func(err error) {
-		s.release()
-		done(err)
+		s.release(func() { done(err) })
 	})
 }
 

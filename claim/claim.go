@@ -1,6 +1,7 @@
 // Package claim names the claim forms a subscription picks from:
-// lease.Form (the default; SQLite and Postgres), rowlock.Form and
-// advisory.Form (Postgres), in the packages below this one.
+// lease.Form (the default; SQLite, Postgres and MariaDB/MySQL), rowlock.Form
+// (Postgres and MariaDB/MySQL) and advisory.Form (Postgres and MariaDB), in
+// the packages below this one.
 //
 //	sub, err := inbox.Subscribe(b, q, handle, inbox.Form(rowlock.Form))
 //

@@ -136,6 +136,9 @@ type loop struct {
 	// ahead (prefetch).
 	trip time.Duration
 	rt   RoundTripper // the form's, if it measures the database's round trip
+	// starved: the last claim came back full to workers with nothing in
+	// work or waiting.
+	starved bool
 }
 
 func newLoop(e *Engine, w *workers, ctx context.Context) *loop {
@@ -335,6 +338,9 @@ func (l *loop) onResult(ctx context.Context, r claimResult) {
 	n := min(len(r.jobs), r.workers)
 	l.free += r.workers - n
 	l.backlog = r.err == nil && len(r.jobs) == r.asked
+	// No job in work and none waiting when a full claim comes back: the
+	// workers waited on the claims (see extra).
+	l.starved = l.backlog && l.w.handling.Load() == 0 && l.w.spare.len() == 0
 	l.e.stats.claimed.Add(int64(len(r.jobs)))
 	if n < len(r.jobs) {
 		slices.SortFunc(r.jobs, func(a, b *contract.Job) int { return cmp.Compare(a.ID, b.ID) })

@@ -199,9 +199,20 @@ func (l *loop) extra(k int) int {
 		}
 		l.rateAt, l.rateN = now, n
 	}
+	if l.starved && l.far() {
+		// Every row was handled before the claim came back: the claims
+		// bound the rate measured, and sized by it they grew from 100
+		// rows over some ten round trips. The most a far claim takes.
+		return max(l.e.limit(batchRows(l.e.cfg.Workers, maxBatch))-k, 0)
+	}
 	wait := min(spareWait, l.e.cfg.Lease/10)
 	most := l.e.limit(batchRows(l.e.cfg.Workers, l.tripRows()))
 	return max(min(int(l.rate*wait.Seconds()), most-k), 0)
+}
+
+// far says the database's own round trip is long (contract.FarRoundTrip).
+func (l *loop) far() bool {
+	return l.rt != nil && l.rt.RoundTrip() >= contract.FarRoundTrip
 }
 
 // tripRows is how many rows the workers handle during a claim's round
@@ -235,7 +246,7 @@ type RoundTripper interface {
 
 // claimsNow is how many claims the loop may have in flight now.
 func (l *loop) claimsNow() int {
-	if l.maxClaims == 1 && l.rt != nil && l.trip >= farTrip && l.backlog && l.e.traits.SideBySide && l.spares() && l.rt.RoundTrip() >= contract.FarRoundTrip {
+	if l.maxClaims == 1 && l.trip >= farTrip && l.backlog && l.e.traits.SideBySide && l.spares() && l.far() {
 		return farClaims
 	}
 	return l.maxClaims

@@ -306,6 +306,15 @@ func (s SlotSQL) InUse(name string, now time.Time, max int) Call {
 		LimitTable, s.param(1), s.param(2), max), Args: []any{name, now.UnixMicro()}}
 }
 
+// Held reads the slots held of every limit for an operator: one row of
+// limit_name, key_value, the slots held and how many of them expired at now
+// (held until the sweep frees them, and counted by claims till then) per
+// key value, by limit name and the fullest first, at most max rows.
+func (s SlotSQL) Held(now time.Time, max int) Call {
+	return Call{SQL: fmt.Sprintf("SELECT limit_name, key_value, COUNT(*), SUM(CASE WHEN expires_at <= %s THEN 1 ELSE 0 END) FROM %s WHERE holder <> '' GROUP BY limit_name, key_value ORDER BY limit_name, COUNT(*) DESC, key_value LIMIT %d",
+		s.param(1), LimitTable, max), Args: []any{now.UnixMicro()}}
+}
+
 // Probe reads at most one row of the slot table: the check that it exists.
 func (s SlotSQL) Probe() Call {
 	return Call{SQL: "SELECT COUNT(*) FROM (SELECT 1 FROM " + LimitTable + " LIMIT 1) AS t"}

@@ -51,6 +51,7 @@ func TestHelp(t *testing.T) {
 		"stats":   {"attempts-column", "created-at-column", "db", "group", "group-column", "help", "id-column", "json", "last-error-column", "lease", "locked-until-column", "payload-column", "table"},
 		"migrate": {"db", "help", "json", "table", "trigger"},
 		"queues":  {"db", "group", "help", "json", "table"},
+		"limits":  {"db", "help", "json"},
 	}
 	for name, flags := range want {
 		if _, got := helpOf(t, name); !slices.Equal(got, flags) {

@@ -23,6 +23,7 @@ func addOperatorCommands(root *cobra.Command) {
 	root.AddGroup(&cobra.Group{ID: "operate", Title: "Operating a queue:"})
 	add := func(c *cobra.Command) { c.GroupID = "operate"; root.AddCommand(c) }
 	add(queuesCommand())
+	add(limitsCommand())
 	add(rowsCommand())
 	add(rowCommand())
 	add(statsCommand())
@@ -46,7 +47,7 @@ in work), delayed (due sooner, or further off: a retry's backoff, a delayed publ
 their last attempt), the age of the oldest available row, the instances subscribed and
 their workers, and whether it is paused ("yes (table)": by a pause of the whole table).
 Counts read at most the first 100000 rows of a queue in id order ("+" marks a count
-that stopped there).`, onDatabase, func(ctx context.Context, s *opSession) error {
+that stopped there). Below, the limits per key with slots held, as limits prints them.`, onDatabase, func(ctx context.Context, s *opSession) error {
 			qs, err := s.op.Queues(ctx)
 			if table != "" {
 				qs = slices.DeleteFunc(qs, func(q inbox.QueueInfo) bool { return q.Table != table || group != "" && q.Group != group })
@@ -78,6 +79,14 @@ that stopped there).`, onDatabase, func(ctx context.Context, s *opSession) error
 					}
 					fmt.Fprintf(w, "%s\t%s\t%d%s\t%d%s\t%d%s\t%d%s\t%s\t%d\t%d\t%d\t%s\n", q.Table, dash(q.Group), st.Available, c, st.Held, c, st.Delayed, c,
 						st.Parked, c, age(st.Oldest), q.Instances, q.Polled, q.Workers, paused)
+				}
+				// The limits' slots, when any is held: the rows of a full key
+				// wait, counted available above.
+				if ls, err := s.op.Limits(ctx); err != nil {
+					fmt.Fprintf(w, "\n(limits: %v)\n", err)
+				} else if len(ls) > 0 {
+					fmt.Fprintln(w)
+					printLimits(w, ls)
 				}
 			})
 		})

@@ -44,6 +44,15 @@ type page struct {
 	Placements []string     // the placements a schedule may be given
 	Row        *rowDetail   // the row page's row
 	Confirm    *confirmView // the confirmation a bulk action asks for
+	// Limits: the slots held of the queue's table's limits per key value
+	// (named "table:column"), LimitsErr why they could not be read.
+	Limits    []limitRow
+	LimitsErr string
+}
+
+type limitRow struct {
+	Limit, Key    string
+	Held, Expired int
 }
 
 type queueView struct {
@@ -166,6 +175,7 @@ func (h *Handler) queue(w http.ResponseWriter, r *http.Request) {
 	p := h.page(w, r, queueName(table, group))
 	q.State, q.StateErr = h.op.State(ctx, q.QueueRef)
 	p.Queue = h.view(ctx, q, time.Now(), 600, 80)
+	p.Limits, p.LimitsErr = h.limits(ctx, table)
 	p.State, p.SearchID, p.PageSize = r.FormValue("state"), strings.TrimSpace(r.FormValue("id")), h.cfg.PageSize
 	rf := inbox.RowFilter{Limit: h.cfg.PageSize + 1}
 	if slices.Contains(states, p.State) {
@@ -213,6 +223,25 @@ func (h *Handler) queue(w http.ResponseWriter, r *http.Request) {
 			LastError: row.LastError, Created: ago(row.Created), Payload: preview(row.Payload), Link: "row?" + link.Encode()})
 	}
 	h.render(w, "queue", p)
+}
+
+// limits reads the slots held of table's own limits (inbox.Limit names them
+// "table:column"); a SharedLimit's name does not say its tables.
+func (h *Handler) limits(ctx context.Context, table string) ([]limitRow, string) {
+	ls, err := h.op.Limits(ctx)
+	if err != nil {
+		return nil, err.Error()
+	}
+	var out []limitRow
+	for _, l := range ls {
+		if !strings.HasPrefix(l.Name, table+":") {
+			continue
+		}
+		for _, k := range l.Keys {
+			out = append(out, limitRow{Limit: l.Name, Key: k.Key, Held: k.Held, Expired: k.Expired})
+		}
+	}
+	return out, ""
 }
 
 func (h *Handler) render(w http.ResponseWriter, name string, p *page) {

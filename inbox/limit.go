@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
 	"github.com/sqlinbox/sqlinbox/internal/claim/slots"
@@ -139,21 +138,8 @@ func (s *Subscription) newLimiter(t dialect.Table, c contract.Claimer) {
 	}
 	s.limiter = slots.New(slots.Config{DB: s.b.db, SQL: s.b.d.Slots(channel), Writer: s.b.writer, Clock: s.b.clock,
 		Limit: t.Limit, Table: s.table, HoldExpires: c.Traits().HoldExpires, TTL: s.cfg.lease, Sweep: s.b.poll,
-		Freed: s.slotFreed, Log: s.b.log.With("subscription", s.cfg.name), Conflict: s.b.d.Conflict})
+		Freed: func() { s.b.hub.Wake(s.table, "") }, Log: s.b.log.With("subscription", s.cfg.name), Conflict: s.b.d.Conflict})
 }
-
-// slotFreed wakes the table's subscriptions in this process once slots
-// freed, and again a moment later: the row-lock form's claim loop, in a test
-// run under the race detector, sometimes stayed idle after the first wake
-// (about one run in six; not understood yet), and a wake is a hint, so a
-// second costs at most one claim.
-func (s *Subscription) slotFreed() {
-	s.b.hub.Wake(s.table, "")
-	time.AfterFunc(rewake, func() { s.b.hub.Wake(s.table, "") })
-}
-
-// rewake is when slotFreed wakes the subscriptions again.
-const rewake = 50 * time.Millisecond
 
 // limitClaims is the claim middleware of a limited subscription: it sweeps
 // expired slots, and gives the rows the form claimed their slots (see

@@ -312,9 +312,15 @@ func (s *settler) Snooze(ctx context.Context, delay time.Duration) error {
 // so the acks of the others do not wait for it.
 func (s *settler) Forget() { s.c.acks.settled() }
 
+// Release gives the row back, available at once: the next claim starts at
+// the floor, as the row may lie behind the mark (claim.Mark.Released).
 func (s *settler) Release(ctx context.Context) error {
 	defer s.c.acks.settled()
-	return s.exec(ctx, "release", s.c.env.SQL.Release.Call(s.id, s.lease))
+	err := s.exec(ctx, "release", s.c.env.SQL.Release.Call(s.id, s.lease))
+	if err == nil {
+		s.c.mark.Released()
+	}
+	return err
 }
 
 func (s *settler) Extend(ctx context.Context, lease time.Duration) error {

@@ -375,12 +375,19 @@ func (h *hold) Snooze(ctx context.Context, delay time.Duration) error {
 	return h.settle(ctx, "snooze", e.SQL.SnoozeLocked.Call(h.id, e.Clock.Now(), delay))
 }
 
-// Release makes the row available at once, as it was before the claim.
+// Release makes the row available at once, as it was before the claim;
+// the next claim starts at the floor, as the row may lie behind the mark
+// (claim.Mark.Released: a limit gives back a row whose slot another took).
 func (h *hold) Release(ctx context.Context) error {
+	q := dialect.Call{}
 	if h.counted {
-		return h.settle(ctx, "release", h.c.env.SQL.ReleaseLocked.Call(h.id))
+		q = h.c.env.SQL.ReleaseLocked.Call(h.id)
 	}
-	return h.settle(ctx, "release", dialect.Call{})
+	err := h.settle(ctx, "release", q)
+	if err == nil {
+		h.c.mark.Released()
+	}
+	return err
 }
 
 // Extend does nothing: a row lock lasts as long as its transaction.

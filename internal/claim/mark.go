@@ -18,7 +18,8 @@ import (
 // claim that comes back short, or Rescan since the last such walk, starts at
 // the floor instead. A row behind the mark that becomes available again (a
 // lease run out, a retry come due, a delayed publish, a rolled-back hold)
-// waits one Rescan (the poll interval) at most.
+// waits one Rescan (the poll interval) at most; one the claimer gave back
+// itself (Released) is found by its next claim.
 //
 // The floor is where the table's live rows begin: the least id of any row
 // (held or not) at the last floor read, or, when none was left, one past
@@ -40,6 +41,9 @@ type Mark struct {
 	marked  bool  // the last claim was full: the next starts at from
 	from    int64 // the least id the last full claim took
 	scanned time.Time
+	// A row this claimer gave back may lie behind the mark: the next claim
+	// starts at the floor, whatever claims in flight then record.
+	released bool
 
 	floor          int64     // where the live rows begin (see Mark)
 	read           bool      // the floor was read at least once
@@ -71,8 +75,8 @@ func (m *Mark) Start(now time.Time, rescan time.Duration) int64 {
 func (m *Mark) Resume(now time.Time, rescan time.Duration) (from int64, marked bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.marked || rescan <= 0 || now.Sub(m.scanned) >= rescan {
-		m.marked, m.scanned = false, now
+	if !m.marked || m.released || rescan <= 0 || now.Sub(m.scanned) >= rescan {
+		m.marked, m.released, m.scanned = false, false, now
 		if !m.read {
 			return math.MinInt64, false
 		}
@@ -144,6 +148,16 @@ func (m *Mark) Claimed(full bool, jobs []*Job) {
 		return
 	}
 	m.marked, m.from = true, least
+}
+
+// Released records that the claimer gave a row it took back, available at
+// once (a limit's give-back, a stop): it may lie behind the mark, where a
+// claim would pass it until the next Rescan, so the next claim starts at
+// the floor.
+func (m *Mark) Released() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.released = true
 }
 
 // Floor is where the live rows began at the last floor read

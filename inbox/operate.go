@@ -354,15 +354,7 @@ func (o *Operator) change(ctx context.Context, ref QueueRef, sel Selection, stat
 			return 0, fmt.Errorf("inbox: %s rows of %q: clear their cancel requests: %w", what, ref.Table, err)
 		}
 	}
-	var n int64
-	err = o.b.write(ctx, false, func(ex execer) error {
-		res, err := ex.ExecContext(ctx, q.SQL, q.Args...)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
+	n, err := o.changed(ctx, q)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: %s rows of %q: %w", what, ref.Table, err)
 	}
@@ -407,4 +399,18 @@ func (o *Operator) Columns(ctx context.Context, table string) ([]TableColumn, er
 		out = append(out, TableColumn{Name: c.Name, Type: c.Type, PrimaryKey: c.PK})
 	}
 	return out, nil
+}
+
+// changed runs an operator's change to rows and says how many it changed.
+func (o *Operator) changed(ctx context.Context, q dialect.Call) (int64, error) {
+	var n int64
+	err := o.b.write(ctx, false, func(ex execer) error {
+		res, err := ex.ExecContext(ctx, q.SQL, q.Args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
 }

@@ -132,15 +132,7 @@ func (o *Operator) stopIdle(ctx context.Context, ref QueueRef, t dialect.AdminTa
 	if err != nil {
 		return 0, fmt.Errorf("inbox: cancel rows of %q: %w", ref.Table, err)
 	}
-	var n int64
-	err = o.b.write(ctx, false, func(ex execer) error {
-		res, err := ex.ExecContext(ctx, q.SQL, q.Args...)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
+	n, err := o.changed(ctx, q)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: cancel rows of %q: %w", ref.Table, err)
 	}

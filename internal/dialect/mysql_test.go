@@ -269,14 +269,21 @@ func TestMySQLProbe(t *testing.T) {
 // A real deadlock (1213) and a real lock wait timeout (1205) on MariaDB are
 // conflicts to run again, not connection faults: two transactions lock two
 // rows in opposite orders, and InnoDB rolls one back; a third waits on a
-// held row past a one-second innodb_lock_wait_timeout.
+// held row past a one-second innodb_lock_wait_timeout. The two of the
+// deadlock wait two minutes, so only the deadlock ends their waits, however
+// slow the machine is to see the first wait and send the second.
 func TestMySQLRealConflicts(t *testing.T) {
 	url := testdb.MySQL(t)
-	db, d, err := dialect.Open(url + "?innodb_lock_wait_timeout=1")
+	db, d, err := dialect.Open(url + "?innodb_lock_wait_timeout=120")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	short, _, err := dialect.Open(url + "?innodb_lock_wait_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer short.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := db.ExecContext(ctx, "CREATE TABLE pair (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB"); err != nil {
@@ -338,7 +345,7 @@ func TestMySQLRealConflicts(t *testing.T) {
 	if _, err := holder.ExecContext(ctx, "UPDATE pair SET v = v + 1 WHERE id = 1"); err != nil {
 		t.Fatal(err)
 	}
-	_, timeout := db.ExecContext(ctx, "UPDATE pair SET v = v + 1 WHERE id = 1")
+	_, timeout := short.ExecContext(ctx, "UPDATE pair SET v = v + 1 WHERE id = 1")
 	if !errors.As(timeout, &me) || me.Number != 1205 {
 		t.Fatalf("a statement waiting past innodb_lock_wait_timeout: %v, want 1205", timeout)
 	}

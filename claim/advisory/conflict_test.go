@@ -7,6 +7,7 @@ import (
 
 	"github.com/sqlinbox/sqlinbox/inboxtest"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/internal/testdb"
 )
 
 // On MariaDB a settlement that waits past innodb_lock_wait_timeout for a
@@ -40,34 +41,7 @@ func TestSettlementRetriesLockWaitTimeout(t *testing.T) {
 					settled <- jobs[0].Retry(ctx, time.Hour, "later")
 				}
 			}()
-			// The waiting statement's time in the processlist starts again
-			// when it is sent again: a drop means the first timed out.
-			last, again := map[int64]int64{}, false
-			for !again {
-				select {
-				case err := <-settled:
-					t.Fatalf("the %s returned (%v) while the row was locked elsewhere", what, err)
-				case <-ctx.Done():
-					t.Fatalf("the %s's statement was not seen sent again within a minute", what)
-				case <-time.After(20 * time.Millisecond):
-				}
-				rows, err := f.db.QueryContext(ctx, "SELECT id, time_ms FROM information_schema.processlist WHERE db = DATABASE() AND (info LIKE 'DELETE%' OR info LIKE 'UPDATE%')")
-				if err != nil {
-					t.Fatal(err)
-				}
-				for rows.Next() {
-					var id int64
-					var ms float64
-					if err := rows.Scan(&id, &ms); err != nil {
-						t.Fatal(err)
-					}
-					if prev, ok := last[id]; ok && int64(ms) < prev {
-						again = true
-					}
-					last[id] = int64(ms)
-				}
-				rows.Close()
-			}
+			testdb.WaitResent(ctx, t, f.db, settled, what, "DELETE", "UPDATE")
 			if err := blocker.Rollback(); err != nil {
 				t.Fatal(err)
 			}

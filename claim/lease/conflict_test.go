@@ -32,34 +32,7 @@ func TestAckRetriesLockWaitTimeout(t *testing.T) {
 	}
 	acked := make(chan error, 1)
 	go func() { acked <- jobs[0].Ack(ctx) }()
-	// The waiting statement's time in the processlist starts again when
-	// the ack sends it again: a drop means the first timed out.
-	last, again := map[int64]int64{}, false
-	for !again {
-		select {
-		case err := <-acked:
-			t.Fatalf("the ack returned (%v) while the row was locked elsewhere", err)
-		case <-ctx.Done():
-			t.Fatal("the ack's statement was not seen sent again within a minute")
-		case <-time.After(20 * time.Millisecond):
-		}
-		rows, err := db.QueryContext(ctx, "SELECT id, time_ms FROM information_schema.processlist WHERE db = DATABASE() AND info LIKE 'DELETE%'")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var id int64
-			var ms float64
-			if err := rows.Scan(&id, &ms); err != nil {
-				t.Fatal(err)
-			}
-			if prev, ok := last[id]; ok && int64(ms) < prev {
-				again = true
-			}
-			last[id] = int64(ms)
-		}
-		rows.Close()
-	}
+	testdb.WaitResent(ctx, t, db, acked, "ack", "DELETE")
 	if err := blocker.Rollback(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,12 @@
 package testdb
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Txn is an InnoDB transaction of a session of db's database.
@@ -62,4 +64,52 @@ func Transactions(t testing.TB, db *sql.DB) []Txn {
 		}
 	}
 	return mine
+}
+
+// WaitResent waits until a statement of db's database whose text starts
+// with one of prefixes (e.g. "DELETE") is seen sent again: its time in the
+// processlist drops, which means its first send timed out waiting for a
+// lock and the library sent it again. It fails the test if done (the
+// settlement under test) returns first, or when ctx ends.
+func WaitResent(ctx context.Context, t testing.TB, db *sql.DB, done <-chan error, what string, prefixes ...string) {
+	t.Helper()
+	like := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		like[i] = "info LIKE '" + p + "%'"
+	}
+	q := "SELECT id, time_ms FROM information_schema.processlist WHERE db = DATABASE() AND (" + strings.Join(like, " OR ") + ")"
+	last := map[int64]int64{}
+	for {
+		select {
+		case err := <-done:
+			t.Fatalf("the %s returned (%v) while the row was locked elsewhere", what, err)
+		case <-ctx.Done():
+			t.Fatalf("the %s's statement was not seen sent again in time", what)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if resent(t, db, q, last) {
+			return
+		}
+	}
+}
+
+func resent(t testing.TB, db *sql.DB, q string, last map[int64]int64) bool {
+	rows, err := db.Query(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	again := false
+	for rows.Next() {
+		var id int64
+		var ms float64
+		if err := rows.Scan(&id, &ms); err != nil {
+			t.Fatal(err)
+		}
+		if prev, ok := last[id]; ok && int64(ms) < prev {
+			again = true
+		}
+		last[id] = int64(ms)
+	}
+	return again
 }

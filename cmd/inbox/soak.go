@@ -35,6 +35,12 @@ type soakConfig struct {
 	lease, handle                time.Duration
 	restartDB                    bool
 	tx, outside                  bool
+	// The limit mode (soaklimit.go): rows carry a tenant of keys, workers
+	// subscribe with inbox.Limit("tenant", limit), and a backend of a
+	// worker is terminated every terminateEvery.
+	limit, keys    int
+	limitOff       bool
+	terminateEvery time.Duration
 }
 
 func soak(ctx context.Context, args []string) error {
@@ -54,6 +60,10 @@ func soak(ctx context.Context, args []string) error {
 	fs.DurationVar(&c.handle, "handle", 100*time.Millisecond, "mean handling time (uniform on 0..2x; one in a hundred runs 1.5 leases)")
 	fs.BoolVar(&c.tx, "tx", false, "workers use inbox.HandleTx and insert one sent row per handling in its transaction; the verdict asks for exactly one per row (on SQLite the handling's marks go in its transaction too)")
 	fs.BoolVar(&c.outside, "effect-outside-tx", false, "with --tx, the control: workers use inbox.Handle and insert the sent row after the handling, outside the ack's transaction, so sent_not_once counts the effects a kill repeated")
+	fs.IntVar(&c.limit, "limit", 0, "with n > 0, the limit mode: rows carry a tenant (half over the first tenth of --keys, half over the rest), the workers subscribe with inbox.Limit(\"tenant\", n), and the verdict asks that no more than n rows of a tenant were in work at once, with no attempt used by a row that waited on its limit")
+	fs.BoolVar(&c.limitOff, "limit-off", false, "with --limit, the control: the workers subscribe without the limit, so that key_overlaps counts what the limit prevents (the soak then fails)")
+	fs.IntVar(&c.keys, "keys", 50, "tenants of the rows in the limit mode (at least 1)")
+	fs.DurationVar(&c.terminateEvery, "terminate-every", 0, "terminate a server session of a worker's broker this often (Postgres: pg_terminate_backend; MariaDB: KILL), one in a statement or a transaction where there is one; 0 terminates none. Postgres and MariaDB/MySQL only")
 	fs.StringVar(&c.restartCmd, "restart-cmd", "", "shell command that restarts the database server (Postgres default: pg_ctlcluster --skip-systemctl-redirect VERSION main restart, VERSION read from /etc/postgresql; MariaDB: required, e.g. 'service mariadb restart')")
 	// --seconds 60 reads as a minute, as the issue writes it.
 	for i, a := range args {
@@ -76,6 +86,12 @@ func soak(ctx context.Context, args []string) error {
 		return fmt.Errorf("--processes, --workers and --jobs must be at least 1")
 	case c.seconds <= 0, c.killEvery < 0, c.lease < time.Second, c.handle < 0:
 		return fmt.Errorf("--seconds must be positive, --kill-every not negative, --lease at least 1s")
+	case c.limit < 0, c.limit > 0 && c.keys < 1, c.terminateEvery < 0:
+		return fmt.Errorf("--limit must not be negative, --keys at least 1 with a limit, --terminate-every not negative")
+	case c.limitOff && c.limit == 0:
+		return fmt.Errorf("--limit-off is the control of --limit: give both")
+	case c.limit > 0 && (c.tx || c.outside):
+		return fmt.Errorf("--limit is not soaked with --tx: give one or the other")
 	}
 	form, err := formByName(c.form)
 	if err != nil {
@@ -104,12 +120,40 @@ func soak(ctx context.Context, args []string) error {
 	if c.restartDB && d.Kind == dialect.MySQL && c.restartCmd == "" {
 		return fmt.Errorf("--restart-db on MariaDB/MySQL needs --restart-cmd, the shell command that restarts the server (e.g. 'service mariadb restart')")
 	}
+	if c.terminateEvery > 0 && d.Kind == dialect.SQLite {
+		return fmt.Errorf("--terminate-every: SQLite has no server sessions to terminate; kill the workers with --kill-every")
+	}
 	t, err := newSoakTables(d, c.table)
 	if err != nil {
 		return err
 	}
+	if c.limit > 0 {
+		t.keys = c.keys
+	}
 	if err := t.reset(ctx, db); err != nil {
 		return err
+	}
+	if err := prepareLimit(ctx, db, t, c.limit); err != nil {
+		return err
+	}
+	side, err := soakSide(c, d)
+	if err != nil {
+		return err
+	}
+	if side.url != c.url {
+		// The soak's own records go through a pool of their own, on
+		// another database, so that the sessions the soak terminates
+		// are told from those of the workers' brokers (see soakSide).
+		db.Close()
+		if db, _, err = dialect.Open(side.url); err != nil {
+			return err
+		}
+		defer db.Close()
+		db.SetMaxOpenConns(2)
+		if t, err = newSoakTables(d, side.table); err != nil {
+			return err
+		}
+		t.keys = c.keys
 	}
 	if c.outside && !c.tx {
 		return fmt.Errorf("--effect-outside-tx is the control of --tx: give both")
@@ -119,7 +163,7 @@ func soak(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	r := &soakRun{c: c, exe: exe, db: db, d: d, t: t, begun: time.Now(), exited: make(chan *soakProc, 64), inTx: make(chan struct{}, 1)}
+	r := &soakRun{c: c, exe: exe, db: db, d: d, t: t, side: side, begun: time.Now(), exited: make(chan *soakProc, 64), inTx: make(chan struct{}, 1)}
 	defer r.killAll()
 	return r.run(ctx)
 }
@@ -145,6 +189,7 @@ type soakRun struct {
 	db    *sql.DB
 	d     *dialect.Dialect
 	t     *soakTables
+	side  soakSideDB
 	begun time.Time
 
 	workers      []*soakProc
@@ -158,6 +203,7 @@ type soakRun struct {
 	restartTimes []restart // each server restart, on the database's clock
 	unexpected   int       // processes that exited without being told to
 	records      sync.WaitGroup
+	terminator   // the sessions terminated (soaklimit.go)
 }
 
 func (r *soakRun) logf(format string, args ...any) {
@@ -188,7 +234,8 @@ func (r *soakRun) startWorker() error {
 	r.next++
 	p, err := r.start(r.next, os.Stderr, "soak-worker", "--db", r.c.url, "--table", r.c.table, "--form", r.c.form,
 		"--workers", strconv.Itoa(r.c.workers), "--lease", r.c.lease.String(), "--handle", r.c.handle.String(),
-		"--instance", strconv.Itoa(r.next), "--tx="+strconv.FormatBool(r.c.tx), "--effect-outside-tx="+strconv.FormatBool(r.c.outside))
+		"--instance", strconv.Itoa(r.next), "--tx="+strconv.FormatBool(r.c.tx), "--effect-outside-tx="+strconv.FormatBool(r.c.outside),
+		"--limit", strconv.Itoa(r.c.limit), "--limit-off="+strconv.FormatBool(r.c.limitOff), "--marks-db", r.side.url, "--marks-table", r.side.table)
 	if err != nil {
 		return err
 	}
@@ -201,7 +248,7 @@ func (r *soakRun) startProducer() error {
 	if err != nil {
 		return err
 	}
-	args := []string{"soak-producer", "--db", r.c.url, "--table", r.c.table, "--jobs", strconv.FormatInt(r.c.jobs, 10),
+	args := []string{"soak-producer", "--db", r.side.url, "--table", r.side.table, "--jobs", strconv.FormatInt(r.c.jobs, 10), "--keys", strconv.Itoa(r.t.keys),
 		"--start", strconv.FormatInt(r.begun.UnixMilli(), 10), "--over", (r.c.seconds * 4 / 5).String()}
 	if r.c.restartDB && r.d.Kind == dialect.SQLite {
 		args = append(args, "--pause-in-tx")
@@ -295,6 +342,12 @@ func (r *soakRun) run(ctx context.Context) error {
 	defer progress.Stop()
 	end := time.NewTimer(c.seconds)
 	defer end.Stop()
+	var terminateC <-chan time.Time
+	if c.terminateEvery > 0 {
+		tt := time.NewTicker(c.terminateEvery)
+		defer tt.Stop()
+		terminateC = tt.C
+	}
 	var restartC <-chan time.Time
 	if c.restartDB {
 		rt := time.NewTimer(c.seconds / 2)
@@ -337,6 +390,9 @@ loop:
 			if err := r.startWorker(); err != nil {
 				return err
 			}
+
+		case <-terminateC:
+			r.terminate(ctx)
 
 		case p := <-r.exited:
 			if p.killed || drained {
@@ -417,7 +473,7 @@ loop:
 			r.progress(ctx)
 
 		case <-end.C:
-			killC = nil
+			killC, terminateC = nil, nil
 			r.logf("kills stop after %d; waiting up to %v for the inbox to drain", r.kills, c.drain)
 			drainDeadline = time.Now().Add(c.drain)
 			tick := time.NewTicker(500 * time.Millisecond)
@@ -452,6 +508,7 @@ loop:
 		}
 	}
 	r.records.Wait()
+	r.terminating.Wait()
 	return r.verdict(ctx)
 }
 
@@ -490,8 +547,8 @@ func (r *soakRun) progress(ctx context.Context) {
 		r.logf("progress: the database does not answer: %v", err)
 		return
 	}
-	r.logf("produced=%d/%d handled=%d queued=%d handlings=%d kills=%d db_restarts=%d",
-		cn.Produced, r.c.jobs, cn.Handled, cn.Queued, cn.Handlings, r.kills, r.restarts)
+	r.logf("produced=%d/%d handled=%d queued=%d handlings=%d kills=%d db_restarts=%d terminated=%d",
+		cn.Produced, r.c.jobs, cn.Handled, cn.Queued, cn.Handlings, r.kills, r.restarts, r.terminated.Load())
 }
 
 // verdict reads the verdict from the records, waiting for the database if it
@@ -538,9 +595,18 @@ func (r *soakRun) verdict(ctx context.Context) error {
 	r.logf("produced=%d lost=%d queued=%d overlaps=%d restart_overlaps=%d redelivered=%d max_killed_wait=%v max_wait_any_redelivery=%v orphans=%d unexpected_exits=%d",
 		v.Produced, v.Lost, v.Queued, overlaps, restartOverlaps, v.Redelivered, time.Duration(v.MaxKilledWaitUS)*time.Microsecond,
 		time.Duration(v.MaxWaitUS)*time.Microsecond, v.Orphans, r.unexpected)
-	fmt.Printf("form=%s db=%s processes=%d jobs=%d kills=%d db_restarts=%d lost=%d overlaps=%d restart_overlaps=%d redelivered=%d max_redelivery_wait_ms=%d\n",
+	line := fmt.Sprintf("form=%s db=%s processes=%d jobs=%d kills=%d db_restarts=%d lost=%d overlaps=%d restart_overlaps=%d redelivered=%d max_redelivery_wait_ms=%d",
 		c.form, r.d, c.processes, c.jobs, r.kills, r.restarts, v.Lost, overlaps, restartOverlaps, v.Redelivered, v.MaxKilledWaitUS/1000)
 	var why []string
+	if c.limit > 0 {
+		more, failed, err := r.limitVerdict(ctx)
+		if err != nil {
+			return fmt.Errorf("read the limit's verdict: %w", err)
+		}
+		line += more
+		why = append(why, failed...)
+	}
+	fmt.Println(line)
 	if v.Lost > 0 {
 		why = append(why, fmt.Sprintf("%d rows lost", v.Lost))
 	}

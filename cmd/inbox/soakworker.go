@@ -40,28 +40,39 @@ func soakWorker(ctx context.Context, args []string) error {
 	instance := fs.Int("instance", 0, "this worker's number in the soak")
 	tx := fs.Bool("tx", false, "handle with inbox.HandleTx, inserting a sent row in the handling's transaction")
 	outside := fs.Bool("effect-outside-tx", false, "with --tx, the control: handle with inbox.Handle and insert the sent row after the handling, in no transaction of the ack's")
+	limit := fs.Int("limit", 0, "subscribe with inbox.Limit(\"tenant\", n); 0: no limit")
+	limitOff := fs.Bool("limit-off", false, "with --limit, the control: mark as --limit does, subscribe without the limit")
+	marksURL := fs.String("marks-db", "", "database URL of the marks (default --db)")
+	marksTable := fs.String("marks-table", "", "the inbox table as the marks' pool names it (default --table)")
 	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
+	}
+	if *marksURL == "" {
+		*marksURL, *marksTable = *url, *table
 	}
 	form, err := formByName(*formName)
 	if err != nil {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("soak_worker", *instance)
-	b, err := inbox.Open(*url, inbox.PollInterval(100*time.Millisecond), inbox.MaxConns(*workers+2), inbox.WithLogger(log))
+	bu, err := brokerURL(*url, *instance)
+	if err != nil {
+		return err
+	}
+	b, err := inbox.Open(bu, inbox.PollInterval(100*time.Millisecond), inbox.MaxConns(*workers+2), inbox.WithLogger(log))
 	if err != nil {
 		return err
 	}
 	defer b.Close()
 	// The marks have a pool of their own, so that a form holding
 	// connections for jobs in work never starves the detector.
-	marks, d, err := dialect.Open(*url)
+	marks, d, err := dialect.Open(*marksURL)
 	if err != nil {
 		return err
 	}
 	defer marks.Close()
 	marks.SetMaxOpenConns(*workers + 1)
-	t, err := newSoakTables(d, *table)
+	t, err := newSoakTables(d, *marksTable)
 	if err != nil {
 		return err
 	}
@@ -70,11 +81,22 @@ func soakWorker(ctx context.Context, args []string) error {
 		return err
 	}
 	h := &soakHandler{db: marks, t: t, instance: *instance, mean: *handle, long: *leaseD * 3 / 2,
-		start: t.markStart(), beat: t.markBeat(), done: t.markDone()}
+		start: t.markStart(), beat: t.markBeat(), done: t.markDone(), unstarted: t.markUnstarted()}
 	svc := inbox.NewService("soak-worker", strconv.Itoa(*instance), b)
 	opts := []inbox.SubOption{inbox.Form(form), inbox.Workers(*workers), inbox.Lease(*leaseD), inbox.ShutdownTimeout(20 * time.Second)}
 	sent := insertSent(d, *table)
 	switch {
+	case *limit > 0:
+		lq, err := inbox.NewQueue[limitRow](*table)
+		if err != nil {
+			return err
+		}
+		if !*limitOff {
+			opts = append(opts, inbox.Limit(soakTenant, *limit))
+		}
+		_, err = inbox.Handle(svc, lq, func(ctx context.Context, row limitRow) error {
+			return h.handle(ctx, h.db, row.Payload, limitMark(ctx, row))
+		}, opts...)
 	case *tx && *outside:
 		_, err = inbox.Handle(svc, q, func(ctx context.Context, row referenceRow) error {
 			return h.handleThen(ctx, h.db, row, sent)
@@ -89,13 +111,13 @@ func soakWorker(ctx context.Context, args []string) error {
 				// marks roll back with its effect.
 				return h.handleThen(ctx, tx, row, sent)
 			}
-			if err := h.handle(ctx, h.db, row); err != nil {
+			if err := h.handle(ctx, h.db, row.Payload, noMark); err != nil {
 				return err
 			}
 			return h.effect(ctx, tx, row, sent)
 		}, opts...)
 	default:
-		_, err = inbox.Handle(svc, q, func(ctx context.Context, row referenceRow) error { return h.handle(ctx, h.db, row) }, opts...)
+		_, err = inbox.Handle(svc, q, func(ctx context.Context, row referenceRow) error { return h.handle(ctx, h.db, row.Payload, noMark) }, opts...)
 	}
 	if err != nil {
 		return err
@@ -109,6 +131,7 @@ type soakHandler struct {
 	instance          int
 	mean, long        time.Duration
 	start, beat, done string
+	unstarted         string
 }
 
 // soakDB is where a handling writes its marks: the marks' own pool, or
@@ -120,7 +143,7 @@ type soakDB interface {
 
 // handleThen is handle, then the effect, both written through db.
 func (h *soakHandler) handleThen(ctx context.Context, db soakDB, row referenceRow, sent string) error {
-	if err := h.handle(ctx, db, row); err != nil {
+	if err := h.handle(ctx, db, row.Payload, noMark); err != nil {
 		return err
 	}
 	return h.effect(ctx, db, row, sent)
@@ -141,18 +164,18 @@ func (h *soakHandler) effect(ctx context.Context, db soakDB, row referenceRow, s
 // and through db. One handling in a hundred runs one and a half leases, so
 // that the lease form must extend its lease. A handler whose context ends
 // (lease lost, timeout, shutdown) stops at once and writes nothing more.
-func (h *soakHandler) handle(ctx context.Context, db soakDB, row referenceRow) error {
-	seq, err := strconv.ParseInt(string(row.Payload), 10, 64)
+func (h *soakHandler) handle(ctx context.Context, db soakDB, payload []byte, lm markLimit) error {
+	seq, err := seqOf(payload)
 	if err != nil {
-		return fmt.Errorf("payload %q: %w", row.Payload, err)
+		return err
 	}
 	work := time.Duration(rand.Int64N(int64(2*h.mean) + 1))
 	if rand.IntN(100) == 0 {
 		work = h.long
 	}
 	var mark int64
-	if err := db.QueryRowContext(ctx, h.start, seq, h.instance).Scan(&mark); err != nil {
-		return fmt.Errorf("start mark: %w", err)
+	if err := h.markStart(ctx, db, seq, lm, &mark); err != nil {
+		return err
 	}
 	end := time.Now().Add(work)
 	for {
@@ -193,6 +216,7 @@ func soakProducer(ctx context.Context, args []string) error {
 	startMS := fs.Int64("start", 0, "when the span began, Unix milliseconds")
 	over := fs.Duration("over", time.Minute, "span over which rows are spread")
 	pause := fs.Bool("pause-in-tx", false, "on a line on stdin, hold the next transaction open and say so on stdout")
+	keys := fs.Int("keys", 0, "tenants of the rows (the limit mode); 0: the table has no tenant column")
 	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
 	}
@@ -206,6 +230,7 @@ func soakProducer(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	t.keys = *keys
 	// A line on stdin asks for the next transaction to be held open and
 	// announced, so that the soak can kill the producer inside it.
 	holdNext := make(chan struct{}, 1)
@@ -295,6 +320,56 @@ func produceBatch(ctx context.Context, db *sql.DB, produce, record string, from,
 	return nil
 }
 
+// markStart writes the start mark, trying again every soakBeat while the
+// marks' database does not answer (a restart), until the handling's
+// context ends: a handling that began is marked, unless its hold ended
+// first.
+func (h *soakHandler) markStart(ctx context.Context, db soakDB, seq int64, lm markLimit, mark *int64) error {
+	for {
+		err := db.QueryRowContext(ctx, h.start, seq, h.instance, lm.tenant, lm.slot, lm.fence, lm.attempts).Scan(mark)
+		if err == nil {
+			return nil
+		}
+		if _, tx := db.(*sql.Tx); tx {
+			return fmt.Errorf("start mark: %w", err)
+		}
+		if ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(soakBeat):
+				continue
+			}
+		}
+		// The handling's hold ended before it could be marked: its
+		// attempt is recorded apart, so that the verdict counts it as
+		// used by a handling.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_, uerr := h.db.ExecContext(uctx, h.unstarted, seq, lm.attempts)
+		cancel()
+		return fmt.Errorf("start mark: %w", errors.Join(err, uerr))
+	}
+}
+
+// markLimit is what a handling of the limit mode marks beside its start.
+type markLimit struct {
+	tenant         *int64
+	slot, attempts int
+	fence          int64
+}
+
+// noMark marks no tenant, slot or attempt.
+var noMark = markLimit{slot: -1}
+
+// limitMark is the mark of a handling of row: its tenant, the slot and
+// fence its context holds, and the attempt its claim counted.
+func limitMark(ctx context.Context, row limitRow) markLimit {
+	m := markLimit{tenant: row.Tenant, slot: -1, attempts: row.Attempts}
+	if s, ok := inbox.SlotFrom(ctx); ok && row.Tenant != nil && s.Key == strconv.FormatInt(*row.Tenant, 10) {
+		m.slot, m.fence = s.Slot, s.Fence
+	}
+	return m
+}
+
 var errSoakFailed = errors.New("soak failed")
 
 // referenceRow is the reference table's shape (migrations.Apply).
@@ -303,4 +378,15 @@ type referenceRow struct {
 	LockedUntil *time.Time `db:"locked_until" inbox:"locked_until"`
 	Payload     []byte     `db:"payload" inbox:"payload"`
 	Group       string     `db:"group_name" inbox:"group"`
+}
+
+// limitRow is the reference table's shape with its attempts and the
+// limit mode's tenant.
+type limitRow struct {
+	ID          int64      `db:"id" inbox:"id,generated"`
+	LockedUntil *time.Time `db:"locked_until" inbox:"locked_until"`
+	Payload     []byte     `db:"payload" inbox:"payload"`
+	Group       string     `db:"group_name" inbox:"group"`
+	Attempts    int        `db:"attempts" inbox:"attempts"`
+	Tenant      *int64     `db:"tenant"`
 }

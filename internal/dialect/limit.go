@@ -234,15 +234,31 @@ type SlotHeld struct {
 // by another is not freed), at now. On Postgres with a channel it notifies
 // it (an empty payload: every subscription of the table) when a freed
 // slot's key value had all max slots held.
-func (s SlotSQL) Free(name, holder string, max int, now time.Time, held []SlotHeld) Call {
+//
+// lazy, on Postgres, commits the free without waiting for its WAL flush
+// (synchronous_commit off for its transaction alone): a free that a
+// database crash loses leaves its slot held until its expiry, when the
+// sweep frees it, the end a dead holder's slot has anyway. Only for slots
+// that expire by themselves with their row's lease: a slot kept by a
+// heartbeat would be extended for ever by its living holder.
+func (s SlotSQL) Free(name, holder string, max int, now time.Time, held []SlotHeld, lazy bool) Call {
 	if s.kind == Postgres {
 		keys, slots, fences := make([]string, len(held)), make([]int64, len(held)), make([]int64, len(held))
 		for i, h := range held {
 			keys[i], slots[i], fences[i] = h.Key, int64(h.Slot), h.Fence
 		}
+		// Each slot is looked up on the primary key (a lateral probe an
+		// element) and locked, then updated by its address, as the claim
+		// does: joined to the holder's slots, Postgres estimated one row
+		// of them and compared every slot with every element (100 frees
+		// among 467 slots held: 46,600 comparisons, 60-125 ms loaded).
+		from := "unnest($3::text[], $4::int[], $5::bigint[]) AS f(k, s, fe)"
+		if lazy {
+			from = "(SELECT set_config('synchronous_commit', 'off', true)) AS lazy, " + from
+		}
 		upd := "UPDATE " + LimitTable + ` ls SET holder = '', expires_at = $6
-FROM unnest($3::text[], $4::int[], $5::bigint[]) AS f(k, s, fe)
-WHERE ls.limit_name = $1 AND ls.holder = $2 AND ls.key_value = f.k AND ls.slot = f.s AND ls.fence = f.fe`
+WHERE ls.ctid = ANY(ARRAY(SELECT x.ctid FROM ` + from + ` CROSS JOIN LATERAL (SELECT c.ctid FROM ` + LimitTable + ` c
+    WHERE c.limit_name = $1 AND c.key_value = f.k AND c.slot = f.s AND c.holder = $2 AND c.fence = f.fe FOR UPDATE) AS x))`
 		args := []any{name, holder, keys, slots, fences, now.UnixMicro()}
 		if s.notify == "" {
 			return Call{SQL: upd, Args: args}

@@ -374,7 +374,7 @@ func (l *Limiter) giveBack(jobs []*contract.Job, _ error) {
 func (l *Limiter) flushFree(batch []dialect.SlotHeld, errs []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), contract.SettleTimeout)
 	defer cancel()
-	q := l.cfg.SQL.Free(l.cfg.Limit.Name, l.holder, l.cfg.Limit.Max, l.cfg.Clock.Now(), batch)
+	q := l.cfg.SQL.Free(l.cfg.Limit.Name, l.holder, l.cfg.Limit.Max, l.cfg.Clock.Now(), batch, l.cfg.HoldExpires)
 	var err error
 	if l.cfg.SQL.Notifies() {
 		var rows *sql.Rows

@@ -84,6 +84,10 @@ func main() {
 	latency := flag.String("latency", "", "run only the latency sweep on Postgres: delays added each way by an in-process Toxiproxy, e.g. 0,1ms,5ms (0: no proxy)")
 	latencyJobs := flag.Int("latency-jobs", 50000, "rows per drain of the latency sweep")
 	latencyRounds := flag.Int("latency-rounds", 1, "rounds of the latency sweep, sqlinbox and River taking turns to go first")
+	limits := flag.String("limits", "", "run only the limits' cost on Postgres, shapes n/workers (e.g. 1000/100,1/200): the rows keyed over --limit-keys customers drained without a limit, under inbox.Limit(\"customer\", n), and by handlers that retry a row while a lock.MaxHolders(n) lock of its customer is held, in turn")
+	limitJobs := flag.Int("limit-jobs", 200000, "rows per drain of --limits")
+	limitKeys := flag.Int("limit-keys", 1000, "customers the rows of --limits are keyed over (id modulo)")
+	limitRounds := flag.Int("limit-rounds", 1, "rounds of --limits")
 	if len(os.Args) > 1 && os.Args[1] == "child" {
 		childMain(os.Args[2:])
 		return
@@ -100,6 +104,18 @@ func main() {
 		}
 		lr := latencyRun{pg: *pg, delays: delays, jobs: *latencyJobs, rounds: max(1, *latencyRounds), instances: *instances, workers: *workers, river: *riverWorkers}
 		latencyReport(lr, lr.run(ctx))
+		return
+	}
+	if *limits != "" {
+		shapes, err := parseLimitShapes(*limits)
+		check(err)
+		if *pg == "" {
+			check(fmt.Errorf("--limits needs --pg"))
+		}
+		lr := limitsRun{pg: *pg, jobs: *limitJobs, keys: *limitKeys, shapes: shapes, rounds: max(1, *limitRounds)}
+		res, err := lr.run(ctx)
+		check(err)
+		limitsReport(res, lr.jobs)
 		return
 	}
 	var rows []row

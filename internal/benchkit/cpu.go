@@ -2,6 +2,8 @@ package benchkit
 
 import (
 	"bufio"
+	"context"
+	"database/sql"
 	"os"
 	"strconv"
 	"strings"
@@ -50,4 +52,71 @@ func cpuSince(start float64) float64 {
 		return -1
 	}
 	return now - start
+}
+
+// BackendCPU reads the CPU time, in seconds, of each Postgres server process
+// serving a connection to db's current database (pg_stat_activity), from
+// /proc: the database's own share of a drain, where MachineCPU counts every
+// process. Nil where it cannot be read (not Postgres, or a server on
+// another host). Every client of the database is counted: a bench runs in
+// a database of its own.
+func BackendCPU(ctx context.Context, db *sql.DB) map[int]float64 {
+	rows, err := db.QueryContext(ctx, "SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+	if err != nil {
+		return nil
+	}
+	defer rows.Close()
+	cpu := map[int]float64{}
+	for rows.Next() {
+		var pid int
+		if rows.Scan(&pid) != nil {
+			return nil
+		}
+		if s, ok := procCPU(pid); ok {
+			cpu[pid] = s
+		}
+	}
+	if rows.Err() != nil || len(cpu) == 0 {
+		return nil
+	}
+	return cpu
+}
+
+// BackendCPUSince is the CPU seconds the backends of now spent since start
+// (BackendCPU readings; a backend not in start counts from its birth), or
+// -1 when either is nil. A backend that ended between the two is missed:
+// the pools of a drain keep theirs.
+func BackendCPUSince(start, now map[int]float64) float64 {
+	if start == nil || now == nil {
+		return -1
+	}
+	var s float64
+	for pid, c := range now {
+		s += c - start[pid]
+	}
+	return s
+}
+
+// procCPU is the user and system CPU seconds of process pid.
+func procCPU(pid int) (float64, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The command name, in parentheses, may hold spaces: fields count
+	// from the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, false
+	}
+	u, err1 := strconv.ParseFloat(f[11], 64) // utime, field 14
+	s, err2 := strconv.ParseFloat(f[12], 64) // stime, field 15
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return (u + s) / clockTicks, true
 }

@@ -41,6 +41,12 @@ type Config struct {
 	// Limit, when positive, drains under inbox.Limit("customer", Limit):
 	// the table needs the column (see KeyRows).
 	Limit int
+	// RetryLock, when positive, drains as a user limits rows in work per
+	// customer without Limit: each handler takes a lock of the row's
+	// customer with lock.MaxHolders(RetryLock) and retries the row when it
+	// is held (see subscribeRetryLock). The table needs the column (see
+	// KeyRows).
+	RetryLock int
 	// History, if positive, keeps the acked rows for that long
 	// (inbox.History); the history table must exist
 	// (migrations.ApplyHistory).
@@ -55,9 +61,23 @@ type Result struct {
 	Seconds    float64
 	JobsPerSec float64
 	Claims     int64 // claim statements sent
+	Claimed    int64 // rows claimed: each an attempt
+	Retried    int64 // rows handled and retried
+	Refused    int64 // rows a limit refused after their claim (Stats.LimitRefused)
 	// MachineCPU is the CPU seconds every core spent during the drain, all
 	// processes together (see MachineCPU); -1 where it cannot be read.
 	MachineCPU float64
+	// DBCPU is the CPU seconds the Postgres backends of the drain's
+	// database spent (see BackendCPU); -1 where it cannot be read.
+	DBCPU float64
+}
+
+// DBCPUPerJob is the database's CPU per job in microseconds, or -1.
+func (r Result) DBCPUPerJob(jobs int) float64 {
+	if r.DBCPU < 0 || jobs <= 0 {
+		return -1
+	}
+	return r.DBCPU * 1e6 / float64(jobs)
 }
 
 // CPUPerJob is the machine's CPU per job in microseconds, or -1.
@@ -116,7 +136,16 @@ func Drain(ctx context.Context, cfg Config, tr *Tracker) (Result, error) {
 		if cfg.History > 0 {
 			sopts = append(sopts, inbox.History(cfg.History))
 		}
-		sub, err := inbox.Subscribe(b, q, handler, sopts...)
+		var sub *inbox.Subscription
+		if cfg.RetryLock > 0 {
+			var closeLocks func()
+			sub, closeLocks, err = subscribeRetryLock(ctx, b, cfg, tr, sopts)
+			if closeLocks != nil {
+				defer closeLocks()
+			}
+		} else {
+			sub, err = inbox.Subscribe(b, q, handler, sopts...)
+		}
 		if err != nil {
 			return Result{}, err
 		}
@@ -138,6 +167,10 @@ func Drain(ctx context.Context, cfg Config, tr *Tracker) (Result, error) {
 			claims += st.Claims
 		}
 		return n, claims
+	}
+	var db0 map[int]float64
+	if len(brokers) > 0 {
+		db0 = BackendCPU(ctx, brokers[0].DB())
 	}
 
 	runCtx, stop := context.WithCancel(ctx)
@@ -183,11 +216,22 @@ wait:
 		}
 	}
 	cpu := cpuSince(cpu0)
+	dbCPU := -1.0
+	if db0 != nil {
+		dbCPU = BackendCPUSince(db0, BackendCPU(context.WithoutCancel(ctx), brokers[0].DB()))
+	}
 	stop()
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return Result{}, err
 	}
-	_, claims := acked()
-	return Result{Seconds: took.Seconds(), JobsPerSec: float64(cfg.Jobs) / took.Seconds(), Claims: claims, MachineCPU: cpu}, failed
+	res := Result{Seconds: took.Seconds(), JobsPerSec: float64(cfg.Jobs) / took.Seconds(), MachineCPU: cpu, DBCPU: dbCPU}
+	for _, s := range subs {
+		st := s.Stats()
+		res.Claims += st.Claims
+		res.Claimed += st.Claimed
+		res.Retried += st.Retried
+		res.Refused += st.LimitRefused
+	}
+	return res, failed
 }

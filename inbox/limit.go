@@ -119,15 +119,47 @@ func (s *Subscription) checkLimit(ctx context.Context, t *dialect.Table) error {
 	if err := s.b.db.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&n); err != nil {
 		return fmt.Errorf("inbox: subscription %q: limit on column %q: the slot table %s cannot be read (create it with migrations.ApplyLimits(ctx, db)): %w", s.cfg.name, l.column, dialect.LimitTable, err)
 	}
-	name := l.name
-	if name == "" {
-		name = s.table + ":" + l.column
+	name := s.limitName()
+	if l.name == "" {
 		if err := dialect.ValidLimitName(name); err != nil {
 			return fmt.Errorf("inbox: subscription %q: %w: Limit(%q, %d): %v; name the limit with SharedLimit", s.cfg.name, ErrInvalid, l.column, l.max, err)
 		}
 	}
 	t.Limit = dialect.Limit{Name: name, Key: d.Quote(l.column), Max: l.max}
 	return nil
+}
+
+// limitName is the name of the subscription's limit: SharedLimit's, or
+// "table:column".
+func (s *Subscription) limitName() string {
+	if l := s.cfg.limit; l.name != "" {
+		return l.name
+	}
+	return s.table + ":" + s.cfg.limit.column
+}
+
+// LimitSpec is a subscription's limit per key as the registry records it
+// (RegisteredSubscription.Limits), so that operators read each limit's n
+// and key column without the subscription's code (Operator.Limits).
+type LimitSpec struct {
+	// Kind says what N counts: LimitKindInWork, rows of one key value in
+	// work at once (Limit, SharedLimit).
+	Kind   string `json:"kind"`
+	Name   string `json:"name"`   // the limit's name: "table:column", or SharedLimit's
+	Column string `json:"column"` // the key column
+	N      int    `json:"n"`
+}
+
+// LimitKindInWork is the Kind of a LimitSpec of Limit and SharedLimit.
+const LimitKindInWork = "limit"
+
+// limitSpecs are the subscription's limits per key, nil without.
+func (s *Subscription) limitSpecs() []LimitSpec {
+	var out []LimitSpec
+	if l := s.cfg.limit; l != nil {
+		out = append(out, LimitSpec{Kind: LimitKindInWork, Name: s.limitName(), Column: l.column, N: l.max})
+	}
+	return out
 }
 
 // newLimiter makes the subscription's limiter once its form is made.

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,6 +66,9 @@ type RegisteredSubscription struct {
 	Workers                  int
 	Lease                    time.Duration
 	Roles                    map[Role]string
+	// Limits are its limits per key (Limit, SharedLimit); nil without, and
+	// for an instance of a version that did not record them.
+	Limits []LimitSpec
 }
 
 // Instances lists the registered instances, alive or gone.
@@ -94,19 +98,23 @@ func (o *Operator) Instances(ctx context.Context) ([]Instance, error) {
 	rows.Close()
 	subs, err := o.b.db.QueryContext(ctx, o.sql.Subscriptions.Call().SQL)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: list subscriptions: %w", err)
+		return nil, fmt.Errorf("inbox: list subscriptions: %w (a registry made before limit_spec: run migrations.ApplyRegistry, or inbox migrate-registry)", err)
 	}
 	defer subs.Close()
 	for subs.Next() {
 		var inst, roles string
+		var limits sql.NullString
 		var pos int
 		var lease int64
 		var s RegisteredSubscription
-		if err := subs.Scan(&inst, &pos, &s.Name, &s.Table, &s.Group, &s.Form, &s.Workers, &lease, &roles); err != nil {
+		if err := subs.Scan(&inst, &pos, &s.Name, &s.Table, &s.Group, &s.Form, &s.Workers, &lease, &roles, &limits); err != nil {
 			return nil, fmt.Errorf("inbox: list subscriptions: %w", err)
 		}
 		s.Lease = time.Duration(lease) * time.Millisecond
 		_ = json.Unmarshal([]byte(roles), &s.Roles)
+		if limits.Valid {
+			_ = json.Unmarshal([]byte(limits.String), &s.Limits)
+		}
 		if i, ok := byID[inst]; ok {
 			out[i].Subscriptions = append(out[i].Subscriptions, s)
 		}

@@ -74,7 +74,7 @@ const (
 // Register makes the service record itself in the registry tables
 // (migrations.ApplyRegistry) while it runs: its instance (name, version,
 // host, pid, start, heartbeat), its subscriptions (table, group, form,
-// workers and the table's column roles) and per-minute counts of each
+// workers, the table's column roles and its limits per key) and per-minute counts of each
 // queue's handlings. Run removes the record when it returns; an instance
 // that dies is shown as gone once its heartbeat is three intervals old (and
 // at least five seconds). A registered service also obeys pauses
@@ -231,8 +231,13 @@ func (r *registry) join(ctx context.Context) {
 		}
 		for i, sub := range r.svc.subs {
 			roles, _ := json.Marshal(sub.roles())
+			limits := ""
+			if specs := sub.limitSpecs(); specs != nil {
+				b, _ := json.Marshal(specs)
+				limits = string(b)
+			}
 			calls = append(calls, r.sql.JoinSub.Call(r.id, i, sub.cfg.name, sub.table, sub.group, sub.cfg.form.Name(),
-				sub.cfg.workers, sub.cfg.lease, string(roles)))
+				sub.cfg.workers, sub.cfg.lease, string(roles), limits))
 		}
 		return execAll(ctx, ex, calls...)
 	})

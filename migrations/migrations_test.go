@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -153,6 +154,45 @@ func TestRegistryGainsPickupFallback(t *testing.T) {
 			var fallback string
 			if err := db.QueryRowContext(ctx, "SELECT pickup_fallback FROM sqlinbox_instances WHERE id = 'i'").Scan(&fallback); err != nil || fallback != "" {
 				t.Fatalf("pickup_fallback of an instance an earlier version registered: %q, %v; want ''", fallback, err)
+			}
+		})
+	}
+}
+
+// TestRegistryGainsLimitSpec: a registry an earlier version made (its
+// subscriptions without limit_spec, one subscription registered) gets the
+// column from ApplyRegistry, NULL in the old row, on every database;
+// applying it again changes nothing, and a spec written then reads back.
+func TestRegistryGainsLimitSpec(t *testing.T) {
+	for name, url := range map[string]func(testing.TB) string{"sqlite": testdb.SQLite, "postgres": testdb.Postgres, "mysql": testdb.MySQL} {
+		t.Run(name, func(t *testing.T) {
+			db := testdb.Open(t, url(t))
+			ctx := context.Background()
+			id := "VARCHAR(255)"
+			if name != "mysql" {
+				id = "text"
+			}
+			if _, err := db.ExecContext(ctx, "CREATE TABLE sqlinbox_subscriptions (instance "+id+" NOT NULL, position integer NOT NULL, name text NOT NULL, table_name text NOT NULL, group_name text NOT NULL, form text NOT NULL, workers integer NOT NULL, lease_ms bigint NOT NULL, roles text NOT NULL, PRIMARY KEY (instance, position))"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.ExecContext(ctx, "INSERT INTO sqlinbox_subscriptions VALUES ('i', 0, 'jobs', 'jobs', '', 'lease', 1, 30000, '{}')"); err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if err := migrations.ApplyRegistry(ctx, db); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var spec sql.NullString
+			if err := db.QueryRowContext(ctx, "SELECT limit_spec FROM sqlinbox_subscriptions WHERE instance = 'i'").Scan(&spec); err != nil || spec.Valid {
+				t.Fatalf("limit_spec of a subscription an earlier version registered: %v, %v; want NULL", spec, err)
+			}
+			want := `[{"kind":"limit","name":"jobs:customer_id","column":"customer_id","n":2}]`
+			if _, err := db.ExecContext(ctx, "UPDATE sqlinbox_subscriptions SET limit_spec = '"+want+"' WHERE instance = 'i'"); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.QueryRowContext(ctx, "SELECT limit_spec FROM sqlinbox_subscriptions WHERE instance = 'i'").Scan(&spec); err != nil || spec.String != want {
+				t.Fatalf("limit_spec written after the upgrade: %v, %v; want %s", spec, err, want)
 			}
 		})
 	}

@@ -38,6 +38,8 @@ func ApplyRegistry(ctx context.Context, db *sql.DB) error {
 // registryColumns are the columns added since the first version of the
 // registry's tables, as registry.sql declares them (SQLite; MariaDB/MySQL).
 var registryColumns = map[dialect.Kind][]column{
-	dialect.SQLite: {{dialect.RegistryInstances, "pickup_fallback", "TEXT NOT NULL DEFAULT ''"}},
-	dialect.MySQL:  {{dialect.RegistryInstances, "pickup_fallback", "VARCHAR(1024) NOT NULL DEFAULT ''"}},
+	dialect.SQLite: {{dialect.RegistryInstances, "pickup_fallback", "TEXT NOT NULL DEFAULT ''"},
+		{dialect.RegistrySubscriptions, "limit_spec", "TEXT"}},
+	dialect.MySQL: {{dialect.RegistryInstances, "pickup_fallback", "VARCHAR(1024) NOT NULL DEFAULT ''"},
+		{dialect.RegistrySubscriptions, "limit_spec", "TEXT NULL"}},
 }

@@ -330,7 +330,7 @@ func instancesCommand() *cobra.Command {
 
 func migrateRegistryCommand() *cobra.Command {
 	cmd, f := operatorCommand("migrate-registry", "create the registry's tables (instances, subscriptions, per-minute counts, paused queues, cancel requests)",
-		"Creates the tables registered services record themselves in (migrations.ApplyRegistry),\nand a SQLite database file that does not exist yet. Idempotent.", onDatabase,
+		"Creates the tables registered services record themselves in (migrations.ApplyRegistry),\nand a SQLite database file that does not exist yet; adds to tables an earlier version\nmade the columns later ones record (pickup_fallback, limit_spec). Idempotent.", onDatabase,
 		func(ctx context.Context, s *opSession) error {
 			if err := migrations.ApplyRegistry(ctx, s.b.DB()); err != nil {
 				return err

@@ -325,9 +325,14 @@ func (s SlotSQL) InUse(name string, now time.Time, max int) Call {
 // Held reads the slots held of every limit for an operator: one row of
 // limit_name, key_value, the slots held and how many of them expired at now
 // (held until the sweep frees them, and counted by claims till then) per
-// key value, by limit name and the fullest first, at most max rows.
+// key value, by limit name and the fullest first, at most max rows per
+// limit.
 func (s SlotSQL) Held(now time.Time, max int) Call {
-	return Call{SQL: fmt.Sprintf("SELECT limit_name, key_value, COUNT(*), SUM(CASE WHEN expires_at <= %s THEN 1 ELSE 0 END) FROM %s WHERE holder <> '' GROUP BY limit_name, key_value ORDER BY limit_name, COUNT(*) DESC, key_value LIMIT %d",
+	return Call{SQL: fmt.Sprintf(`SELECT limit_name, key_value, held, expired FROM (
+	SELECT limit_name, key_value, COUNT(*) AS held, SUM(CASE WHEN expires_at <= %s THEN 1 ELSE 0 END) AS expired,
+		ROW_NUMBER() OVER (PARTITION BY limit_name ORDER BY COUNT(*) DESC, key_value) AS nth
+	FROM %s WHERE holder <> '' GROUP BY limit_name, key_value) AS h
+WHERE nth <= %d ORDER BY limit_name, held DESC, key_value`,
 		s.param(1), LimitTable, max), Args: []any{now.UnixMicro()}}
 }
 
@@ -338,3 +343,37 @@ func (s SlotSQL) Probe() Call {
 
 // quoteLiteral writes s as a SQL string literal.
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// LimitWaiting counts the rows of t that f selects (its group; it sets the
+// state) that wait on limit name of key column key (quoted): available,
+// of a key value in keys (those whose slots are all held), and holding no
+// slot of it (the advisory form leaves a row in work available). One row
+// of key value and count per key value, over the first limit such rows in
+// id order. A SharedLimit over tables whose rows share an id and a key
+// value counts one of them out too: a bound of one per slot held.
+func (d *Dialect) LimitWaiting(t AdminTable, f AdminFilter, name, key string, keys []string, limit int) (Call, error) {
+	f.States = []string{StateAvailable}
+	where, args, err := d.where(t, f)
+	if err != nil {
+		return Call{}, err
+	}
+	k := d.keyText(t.Name + "." + key)
+	args = append(args, name)
+	nameArg := fmt.Sprintf("$%d", len(args))
+	var in string
+	if d.Kind == Postgres {
+		args = append(args, keys)
+		in = fmt.Sprintf("%s = ANY($%d::text[])", k, len(args))
+	} else {
+		ps := make([]string, len(keys))
+		for i, v := range keys {
+			args = append(args, v)
+			ps[i] = fmt.Sprintf("$%d", len(args))
+		}
+		in = k + " IN (" + strings.Join(ps, ", ") + ")"
+	}
+	return d.call(fmt.Sprintf(`SELECT k, COUNT(*) FROM (SELECT %s AS k FROM %s WHERE %s AND %s
+	AND %s.%s NOT IN (SELECT ls.row_id FROM %s ls WHERE ls.limit_name = %s AND ls.key_value = %s AND ls.holder <> '')
+	ORDER BY %s.%s LIMIT %d) AS w GROUP BY k`,
+		k, t.Name, where, in, t.Name, t.ID, LimitTable, nameArg, k, t.Name, t.ID, limit), args), nil
+}

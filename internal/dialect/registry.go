@@ -42,7 +42,8 @@ type RegistrySQL struct {
 	// heartbeat, every_ms.
 	Instances PlainSQL
 	// Subscriptions lists every subscription: instance, position, name,
-	// table, group, form, workers, lease_ms, roles.
+	// table, group, form, workers, lease_ms, roles, limit_spec (NULL
+	// without a limit).
 	Subscriptions PlainSQL
 	// Minutes lists a queue's minutes from a time on: minute, outcome,
 	// handled, total_us, max_us.
@@ -57,8 +58,8 @@ func (d *Dialect) Registry() RegistrySQL {
 	x := func(sql string) text { return d.text(sql, Times{}) }
 	r := RegistrySQL{
 		Join: JoinSQL{x("INSERT INTO " + RegistryInstances + " (id, service, version, host, pid, started_at, heartbeat_at, every_ms, pickup_fallback) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")},
-		JoinSub: JoinSubSQL{x("INSERT INTO " + RegistrySubscriptions + " (instance, position, name, table_name, group_name, form, workers, lease_ms, roles) " +
-			"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")},
+		JoinSub: JoinSubSQL{x("INSERT INTO " + RegistrySubscriptions + " (instance, position, name, table_name, group_name, form, workers, lease_ms, roles, limit_spec) " +
+			"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")},
 		Leave:      InstanceSQL{x("DELETE FROM " + RegistryInstances + " WHERE id = $1")},
 		LeaveSubs:  InstanceSQL{x("DELETE FROM " + RegistrySubscriptions + " WHERE instance = $1")},
 		Forget:     BeforeSQL{x("DELETE FROM " + RegistryInstances + " WHERE heartbeat_at < $1")},
@@ -68,7 +69,7 @@ func (d *Dialect) Registry() RegistrySQL {
 		Paused:     PlainSQL{x("SELECT table_name, group_name, paused_at FROM " + RegistryPaused + " ORDER BY table_name, group_name")},
 		Instances: PlainSQL{x("SELECT id, service, version, host, pid, started_at, heartbeat_at, every_ms, pickup_fallback FROM " + RegistryInstances +
 			" ORDER BY service, started_at, id")},
-		Subscriptions: PlainSQL{x("SELECT instance, position, name, table_name, group_name, form, workers, lease_ms, roles FROM " + RegistrySubscriptions +
+		Subscriptions: PlainSQL{x("SELECT instance, position, name, table_name, group_name, form, workers, lease_ms, roles, limit_spec FROM " + RegistrySubscriptions +
 			" ORDER BY instance, position")},
 		Minutes: MinutesSQL{x("SELECT minute, outcome, handled, total_us, max_us FROM " + RegistryMinutes +
 			" WHERE table_name = $1 AND group_name = $2 AND minute >= $3 ORDER BY minute, outcome")},

@@ -19,10 +19,15 @@ func (s JoinSQL) Call(id, service, version, host string, pid int, started, heart
 type JoinSubSQL struct{ text }
 
 // Call inserts the subscription at position of instance: its name, its
-// queue (table, group), its form, workers and lease, and its table's
-// column roles as JSON.
-func (s JoinSubSQL) Call(instance string, position int, name, table, group, form string, workers int, lease time.Duration, rolesJSON string) Call {
-	return s.call(instance, position, name, table, group, form, workers, lease.Milliseconds(), rolesJSON)
+// queue (table, group), its form, workers and lease, its table's column
+// roles as JSON, and its limits per key as a JSON array ("" writes NULL:
+// none).
+func (s JoinSubSQL) Call(instance string, position int, name, table, group, form string, workers int, lease time.Duration, rolesJSON, limitsJSON string) Call {
+	var limits any
+	if limitsJSON != "" {
+		limits = limitsJSON
+	}
+	return s.call(instance, position, name, table, group, form, workers, lease.Milliseconds(), rolesJSON, limits)
 }
 
 // BeatSQL moves an instance's heartbeat and returns the paused queues;

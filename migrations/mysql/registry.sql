@@ -29,6 +29,9 @@ CREATE TABLE IF NOT EXISTS {{subscriptions}} (
     lease_ms   BIGINT       NOT NULL,
     -- a JSON object: role -> column, e.g. {"id":"id","locked_until":"locked_until"}
     roles      TEXT         NOT NULL,
+    -- its limits per key as a JSON array, NULL without (see limit_spec in
+    -- migrations/sqlite/registry.sql)
+    limit_spec TEXT         NULL,
     PRIMARY KEY (instance, position)
 ) ENGINE=InnoDB
 -- ;

@@ -30,8 +30,14 @@ CREATE TABLE IF NOT EXISTS {{subscriptions}} (
     lease_ms   bigint  NOT NULL,
     -- a JSON object: role -> column, e.g. {"id":"id","locked_until":"locked_until"}
     roles      text    NOT NULL,
+    -- its limits per key (inbox.Limit, inbox.SharedLimit) as a JSON array,
+    -- NULL without: [{"kind":"limit","name":"jobs:customer_id",
+    -- "column":"customer_id","n":2}]; kind says how n reads
+    limit_spec text,
     PRIMARY KEY (instance, position)
 )
+-- ;
+ALTER TABLE {{subscriptions}} ADD COLUMN IF NOT EXISTS limit_spec text
 -- ;
 -- One row per queue, minute and outcome, added to by every instance.
 CREATE TABLE IF NOT EXISTS {{minutes}} (

@@ -44,15 +44,17 @@ type page struct {
 	Placements []string     // the placements a schedule may be given
 	Row        *rowDetail   // the row page's row
 	Confirm    *confirmView // the confirmation a bulk action asks for
-	// Limits: the slots held of the queue's table's limits per key value
-	// (named "table:column"), LimitsErr why they could not be read.
+	// Limits: the limits per key the queue's table's rows take slots of,
+	// a row per key value with slots held (one with Key "-" for a limit
+	// with none); LimitsErr why they could not be read.
 	Limits    []limitRow
 	LimitsErr string
 }
 
 type limitRow struct {
-	Limit, Key    string
-	Held, Expired int
+	Limit, Column, N, Key string
+	Held, Expired         int
+	Waiting               string // "3", "3+" where the count stopped
 }
 
 type queueView struct {
@@ -225,8 +227,9 @@ func (h *Handler) queue(w http.ResponseWriter, r *http.Request) {
 	h.render(w, "queue", p)
 }
 
-// limits reads the slots held of table's own limits (inbox.Limit names them
-// "table:column"); a SharedLimit's name does not say its tables.
+// limits reads the limits table's rows take slots of (see
+// inbox.LimitUse.OnTable): n, and per key value the slots held and the rows
+// waiting.
 func (h *Handler) limits(ctx context.Context, table string) ([]limitRow, string) {
 	ls, err := h.op.Limits(ctx)
 	if err != nil {
@@ -234,11 +237,22 @@ func (h *Handler) limits(ctx context.Context, table string) ([]limitRow, string)
 	}
 	var out []limitRow
 	for _, l := range ls {
-		if !strings.HasPrefix(l.Name, table+":") {
+		if !l.OnTable(table) {
 			continue
 		}
+		r := limitRow{Limit: l.Name, Column: "-", N: "-", Key: "-", Waiting: "0"}
+		if l.N > 0 {
+			r.Column, r.N = l.Column, strconv.Itoa(l.N)
+		}
+		if len(l.Keys) == 0 {
+			out = append(out, r)
+		}
 		for _, k := range l.Keys {
-			out = append(out, limitRow{Limit: l.Name, Key: k.Key, Held: k.Held, Expired: k.Expired})
+			r.Key, r.Held, r.Expired, r.Waiting = k.Key, k.Held, k.Expired, strconv.FormatInt(k.Waiting, 10)
+			if l.WaitingCapped {
+				r.Waiting += "+"
+			}
+			out = append(out, r)
 		}
 	}
 	return out, ""

@@ -34,6 +34,13 @@ type LimitUse struct {
 	WaitingCapped bool
 }
 
+// OnTable says whether rows of table take the limit's slots: a registered
+// subscription of table records it, or it is named after table (Limit's
+// "table:column").
+func (l LimitUse) OnTable(table string) bool {
+	return slices.Contains(l.Tables, table) || strings.HasPrefix(l.Name, table+":")
+}
+
 // KeyUse is one key value of a limit with slots held.
 type KeyUse struct {
 	Key string // the key value, as text

@@ -22,13 +22,14 @@ type tenantJob struct {
 	Customer    string     `db:"customer"`
 }
 
-// limits and queues show the slots a registered service's limited
-// subscription holds while its handlers block: 2 of customer acme (its
-// limit, a third row waiting) and 1 of globex.
+// limits and queues show the limit a registered service's subscription
+// records (column customer, n 2) and the slots it holds while its handlers
+// block: 2 of customer acme (its limit, its 3 other rows waiting) and 1 of
+// globex (none waiting); queues --json gives the table's queue the same.
 func TestLimitsCommand(t *testing.T) {
 	everyDB(t, func(t *testing.T, url string) {
 		ctx := context.Background()
-		if out := inboxCmd(t, "limits", "--db", url); !strings.Contains(out, "no limit slot held") {
+		if out := inboxCmd(t, "limits", "--db", url); !strings.Contains(out, "no limit recorded or held") {
 			t.Fatalf("limits without the slot table:\n%s", out)
 		}
 		b, err := inbox.Open(url, inbox.PollInterval(50*time.Millisecond))
@@ -41,7 +42,7 @@ func TestLimitsCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, ddl := range []string{"ALTER TABLE tenant_jobs ADD COLUMN customer VARCHAR(64)",
-			"INSERT INTO tenant_jobs (payload, customer) VALUES ('p', 'acme'), ('p', 'acme'), ('p', 'acme'), ('p', 'globex')"} {
+			"INSERT INTO tenant_jobs (payload, customer) VALUES ('p', 'acme'), ('p', 'acme'), ('p', 'acme'), ('p', 'acme'), ('p', 'acme'), ('p', 'globex')"} {
 			if _, err := db.Exec(ddl); err != nil {
 				t.Fatal(err)
 			}
@@ -57,7 +58,7 @@ func TestLimitsCommand(t *testing.T) {
 		if err := svc.Register(inbox.RegistryHeartbeat(50 * time.Millisecond)); err != nil {
 			t.Fatal(err)
 		}
-		started, release := make(chan string, 4), make(chan struct{})
+		started, release := make(chan string, 8), make(chan struct{})
 		if _, err := inbox.Handle(svc, inbox.MustQueue[tenantJob]("tenant_jobs"), func(_ context.Context, j tenantJob) error {
 			started <- j.Customer
 			<-release
@@ -87,7 +88,9 @@ func TestLimitsCommand(t *testing.T) {
 		if err := json.Unmarshal([]byte(inboxCmd(t, "limits", "--db", url, "--json")), &got); err != nil {
 			t.Fatal(err)
 		}
-		want := []limitJSON{{Name: "tenant_jobs:customer", Keys: []limitKeyJS{{Key: "acme", Held: 2}, {Key: "globex", Held: 1}}}}
+		col, n := "customer", 2
+		want := []limitJSON{{Name: "tenant_jobs:customer", Column: &col, N: &n, Tables: []string{"tenant_jobs"},
+			Keys: []limitKeyJS{{Key: "acme", Held: 2, Waiting: 3}, {Key: "globex", Held: 1}}}}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("limits --json = %+v, want %+v", got, want)
 		}
@@ -99,12 +102,22 @@ func TestLimitsCommand(t *testing.T) {
 		_ = json.Unmarshal([]byte(inboxCmd(t, "limits", "--db", url, "--json")), &v)
 		checkSchema(t, "limits", "", v, string(doc))
 
-		row := regexp.MustCompile(`(?m)^tenant_jobs:customer\s+acme\s+2\s+0$`)
+		row := regexp.MustCompile(`(?m)^tenant_jobs:customer\s+customer\s+2\s+acme\s+2\s+3\s+0$`)
 		if out := inboxCmd(t, "limits", "--db", url); !row.MatchString(out) {
 			t.Fatalf("limits does not show acme's 2 slots:\n%s", out)
 		}
-		if out := inboxCmd(t, "queues", "--db", url); !row.MatchString(out) || !strings.Contains(out, "LIMIT") {
+		if out := inboxCmd(t, "queues", "--db", url); !row.MatchString(out) || !strings.Contains(out, "WAITING") {
 			t.Fatalf("queues does not show the limits:\n%s", out)
+		}
+		qout := inboxCmd(t, "queues", "--db", url, "--json")
+		var qs []queueJSON
+		if err := json.Unmarshal([]byte(qout), &qs); err != nil {
+			t.Fatal(err)
+		}
+		_ = json.Unmarshal([]byte(qout), &v)
+		checkSchema(t, "queues", "", v, string(doc))
+		if len(qs) != 1 || !reflect.DeepEqual(qs[0].Limits, want) {
+			t.Fatalf("queues --json = %+v, want one queue with the limits %+v", qs, want)
 		}
 	})
 }

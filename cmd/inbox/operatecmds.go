@@ -47,7 +47,9 @@ in work), delayed (due sooner, or further off: a retry's backoff, a delayed publ
 their last attempt), the age of the oldest available row, the instances subscribed and
 their workers, and whether it is paused ("yes (table)": by a pause of the whole table).
 Counts read at most the first 100000 rows of a queue in id order ("+" marks a count
-that stopped there). Below, the limits per key with slots held, as limits prints them.`, onDatabase, func(ctx context.Context, s *opSession) error {
+that stopped there). Below, the limits per key: each one's key column and n, and per key
+value with slots held the rows in work and the rows waiting, as limits prints them (with
+--json, each queue's "limits": those its table's rows take slots of).`, onDatabase, func(ctx context.Context, s *opSession) error {
 			qs, err := s.op.Queues(ctx)
 			if table != "" {
 				qs = slices.DeleteFunc(qs, func(q inbox.QueueInfo) bool { return q.Table != table || group != "" && q.Group != group })
@@ -62,7 +64,13 @@ that stopped there). Below, the limits per key with slots held, as limits prints
 			} else if err != nil {
 				return err
 			}
-			return s.emit(queuesJSON(qs), func(w io.Writer) {
+			// The limits' slots: the rows of a full key wait, counted
+			// available in the queue's counts.
+			ls, lerr := s.op.Limits(ctx)
+			if lerr != nil && s.flags.json {
+				return lerr
+			}
+			return s.emit(queuesJSON(qs, ls), func(w io.Writer) {
 				fmt.Fprintln(w, "TABLE\tGROUP\tAVAILABLE\tHELD\tDELAYED\tPARKED\tOLDEST\tINSTANCES\tPOLLED\tWORKERS\tPAUSED")
 				for _, q := range qs {
 					paused := yes(q.Paused)
@@ -80,10 +88,8 @@ that stopped there). Below, the limits per key with slots held, as limits prints
 					fmt.Fprintf(w, "%s\t%s\t%d%s\t%d%s\t%d%s\t%d%s\t%s\t%d\t%d\t%d\t%s\n", q.Table, dash(q.Group), st.Available, c, st.Held, c, st.Delayed, c,
 						st.Parked, c, age(st.Oldest), q.Instances, q.Polled, q.Workers, paused)
 				}
-				// The limits' slots, when any is held: the rows of a full key
-				// wait, counted available above.
-				if ls, err := s.op.Limits(ctx); err != nil {
-					fmt.Fprintf(w, "\n(limits: %v)\n", err)
+				if lerr != nil {
+					fmt.Fprintf(w, "\n(limits: %v)\n", lerr)
 				} else if len(ls) > 0 {
 					fmt.Fprintln(w)
 					printLimits(w, ls)

@@ -31,14 +31,23 @@ type queueJSON struct {
 	Paused      bool   `json:"paused"`
 	TablePaused bool   `json:"table_paused"`
 	Error       string `json:"error,omitempty"`
+	// Limits are the limits per key the table's rows take slots of, as
+	// limits prints them.
+	Limits []limitJSON `json:"limits"`
 }
 
-func queuesJSON(qs []inbox.QueueInfo) []queueJSON {
+func queuesJSON(qs []inbox.QueueInfo, ls []inbox.LimitUse) []queueJSON {
 	out := []queueJSON{}
 	for _, q := range qs {
+		var mine []inbox.LimitUse
+		for _, l := range ls {
+			if l.OnTable(q.Table) {
+				mine = append(mine, l)
+			}
+		}
 		j := queueJSON{Table: q.Table, Group: q.Group, Available: q.State.Available, Held: q.State.Held, Delayed: q.State.Delayed,
 			Parked: q.State.Parked, Capped: q.State.Capped, Instances: q.Instances, Polled: q.Polled, Workers: q.Workers, Paused: q.Paused,
-			TablePaused: q.TablePaused, OldestAgeSeconds: ageSeconds(q.State.Oldest)}
+			TablePaused: q.TablePaused, OldestAgeSeconds: ageSeconds(q.State.Oldest), Limits: limitsJSON(mine)}
 		if q.StateErr != nil {
 			j.Error = q.StateErr.Error()
 		}

@@ -127,11 +127,12 @@ func TestMySQLLocks(t *testing.T) {
 	}
 }
 
-// TestRegistryGainsPickupFallback: a registry an earlier version made (its
-// instances without pickup_fallback, one instance registered) gets the
-// column from ApplyRegistry, the row keeping ” in it, on every database;
-// applying it again changes nothing.
-func TestRegistryGainsPickupFallback(t *testing.T) {
+// TestRegistryGainsColumns: a registry an earlier version made (its
+// instances without pickup_fallback, its subscriptions without limit_spec,
+// one of each registered) gets the columns from ApplyRegistry, the old rows
+// keeping ” and NULL in them, on every database; applying it again changes
+// nothing, and a limit spec written then reads back.
+func TestRegistryGainsColumns(t *testing.T) {
 	for name, url := range map[string]func(testing.TB) string{"sqlite": testdb.SQLite, "postgres": testdb.Postgres, "mysql": testdb.MySQL} {
 		t.Run(name, func(t *testing.T) {
 			db := testdb.Open(t, url(t))
@@ -140,11 +141,15 @@ func TestRegistryGainsPickupFallback(t *testing.T) {
 			if name != "mysql" {
 				id = "text"
 			}
-			if _, err := db.ExecContext(ctx, "CREATE TABLE sqlinbox_instances (id "+id+" NOT NULL PRIMARY KEY, service text NOT NULL, version text NOT NULL, host text NOT NULL, pid integer NOT NULL, started_at bigint NOT NULL, heartbeat_at bigint NOT NULL, every_ms bigint NOT NULL)"); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := db.ExecContext(ctx, "INSERT INTO sqlinbox_instances VALUES ('i', 's', 'v', 'h', 1, 0, 0, 1000)"); err != nil {
-				t.Fatal(err)
+			for _, q := range []string{
+				"CREATE TABLE sqlinbox_instances (id " + id + " NOT NULL PRIMARY KEY, service text NOT NULL, version text NOT NULL, host text NOT NULL, pid integer NOT NULL, started_at bigint NOT NULL, heartbeat_at bigint NOT NULL, every_ms bigint NOT NULL)",
+				"INSERT INTO sqlinbox_instances VALUES ('i', 's', 'v', 'h', 1, 0, 0, 1000)",
+				"CREATE TABLE sqlinbox_subscriptions (instance " + id + " NOT NULL, position integer NOT NULL, name text NOT NULL, table_name text NOT NULL, group_name text NOT NULL, form text NOT NULL, workers integer NOT NULL, lease_ms bigint NOT NULL, roles text NOT NULL, PRIMARY KEY (instance, position))",
+				"INSERT INTO sqlinbox_subscriptions VALUES ('i', 0, 'jobs', 'jobs', '', 'lease', 1, 30000, '{}')",
+			} {
+				if _, err := db.ExecContext(ctx, q); err != nil {
+					t.Fatal(err)
+				}
 			}
 			for range 2 {
 				if err := migrations.ApplyRegistry(ctx, db); err != nil {
@@ -154,34 +159,6 @@ func TestRegistryGainsPickupFallback(t *testing.T) {
 			var fallback string
 			if err := db.QueryRowContext(ctx, "SELECT pickup_fallback FROM sqlinbox_instances WHERE id = 'i'").Scan(&fallback); err != nil || fallback != "" {
 				t.Fatalf("pickup_fallback of an instance an earlier version registered: %q, %v; want ''", fallback, err)
-			}
-		})
-	}
-}
-
-// TestRegistryGainsLimitSpec: a registry an earlier version made (its
-// subscriptions without limit_spec, one subscription registered) gets the
-// column from ApplyRegistry, NULL in the old row, on every database;
-// applying it again changes nothing, and a spec written then reads back.
-func TestRegistryGainsLimitSpec(t *testing.T) {
-	for name, url := range map[string]func(testing.TB) string{"sqlite": testdb.SQLite, "postgres": testdb.Postgres, "mysql": testdb.MySQL} {
-		t.Run(name, func(t *testing.T) {
-			db := testdb.Open(t, url(t))
-			ctx := context.Background()
-			id := "VARCHAR(255)"
-			if name != "mysql" {
-				id = "text"
-			}
-			if _, err := db.ExecContext(ctx, "CREATE TABLE sqlinbox_subscriptions (instance "+id+" NOT NULL, position integer NOT NULL, name text NOT NULL, table_name text NOT NULL, group_name text NOT NULL, form text NOT NULL, workers integer NOT NULL, lease_ms bigint NOT NULL, roles text NOT NULL, PRIMARY KEY (instance, position))"); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := db.ExecContext(ctx, "INSERT INTO sqlinbox_subscriptions VALUES ('i', 0, 'jobs', 'jobs', '', 'lease', 1, 30000, '{}')"); err != nil {
-				t.Fatal(err)
-			}
-			for range 2 {
-				if err := migrations.ApplyRegistry(ctx, db); err != nil {
-					t.Fatal(err)
-				}
 			}
 			var spec sql.NullString
 			if err := db.QueryRowContext(ctx, "SELECT limit_spec FROM sqlinbox_subscriptions WHERE instance = 'i'").Scan(&spec); err != nil || spec.Valid {

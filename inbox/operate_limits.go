@@ -294,3 +294,28 @@ func (o *Operator) readWaiting(ctx context.Context, c dialect.Call, l *LimitUse,
 	}
 	return total, rows.Err()
 }
+
+// LimitWaiting counts the rows of s's queue that wait on its limit now:
+// available rows of the key values whose slots are all held, not in work
+// (see KeyUse.Waiting), over at most CountLimit rows and the LimitKeys
+// fullest key values. It reads s's limit from s, not from the registry: a
+// service need not be registered. 0 for a subscription without a limit.
+func (o *Operator) LimitWaiting(ctx context.Context, s *Subscription) (int64, error) {
+	l := s.cfg.limit
+	if l == nil {
+		return 0, nil
+	}
+	held, err := o.limitsHeld(ctx)
+	if err != nil {
+		return 0, err
+	}
+	u := LimitUse{Name: s.limitName(), Keys: held[s.limitName()]}
+	if err := o.countWaiting(ctx, &u, &limitQueues{n: l.max, queues: []limitQueue{{ref: s.Queue(), column: l.column}}}); err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, k := range u.Keys {
+		n += k.Waiting
+	}
+	return n, nil
+}

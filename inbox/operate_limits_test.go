@@ -94,11 +94,12 @@ func TestOperatorLimitsWaiting(t *testing.T) {
 		}
 		started := make(chan string, 8)
 		release := make(chan struct{})
-		if _, err := inbox.Handle(svc, inbox.MustQueue[KeyedJob](table), func(ctx context.Context, j KeyedJob) error {
+		sub, err := inbox.Handle(svc, inbox.MustQueue[KeyedJob](table), func(ctx context.Context, j KeyedJob) error {
 			started <- j.Customer
 			<-release
 			return nil
-		}, inbox.Form(form), inbox.Workers(4), inbox.Limit("customer", 2)); err != nil {
+		}, inbox.Form(form), inbox.Workers(4), inbox.Limit("customer", 2))
+		if err != nil {
 			t.Fatal(err)
 		}
 		inboxtest.StartLive(t, svc)
@@ -113,6 +114,9 @@ func TestOperatorLimitsWaiting(t *testing.T) {
 			Keys: []inbox.KeyUse{{Key: "a", Held: 2, Waiting: 5}, {Key: "b", Held: 1}}}}
 		if !reflect.DeepEqual(ls, want) {
 			t.Fatalf("Limits = %+v, want %+v", ls, want)
+		}
+		if n, err := inbox.NewOperator(b).LimitWaiting(ctx, sub); err != nil || n != 5 {
+			t.Fatalf("LimitWaiting = %d, %v; want 5", n, err)
 		}
 		insts, err := inbox.NewOperator(b).Instances(ctx)
 		if err != nil {

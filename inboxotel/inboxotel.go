@@ -20,6 +20,8 @@
 //	inbox.workers.total       gauge of workers, by queue
 //	inbox.limit.refused       counter of rows given back unstarted because another claimer took
 //	                          their key's last slot first, by queue (queues with inbox.Limit)
+//	inbox.limit.waiting       gauge of rows waiting on their key's inbox.Limit (available, its
+//	                          slots all held), by queue, read at collection
 //
 // Locks and schedules: NewLocker measures a lock.Locker's takes, and
 // ScheduleHandler a schedule's runs (see each).
@@ -104,8 +106,8 @@ func CountLimit(n int) Option {
 	}
 }
 
-// NoRowGauge leaves out the inbox.rows gauge and its query per queue at
-// each collection. Default: the gauge is kept.
+// NoRowGauge leaves out the gauges that query each queue's table at each
+// collection: inbox.rows, and inbox.limit.waiting. Default: they are kept.
 func NoRowGauge() Option {
 	return func(s *settings) error { s.NoRowGauge = true; return nil }
 }
@@ -337,6 +339,11 @@ func (in *instruments) gauges(m metric.Meter, svc *inbox.Service, subs []*inbox.
 		}
 		insts = append(insts, rows)
 	}
+	waiting, err := m.Int64ObservableGauge("inbox.limit.waiting", metric.WithDescription("Rows waiting on their key's Limit: available, of a key value whose slots are all held, so claims pass over them; by queue, of the first CountLimit such rows in id order (subscriptions with a Limit only)."))
+	if err != nil {
+		return nil, err
+	}
+	insts = append(insts, waiting)
 	op := inbox.NewOperator(svc.Broker())
 	if cfg.CountLimit > 0 {
 		op.CountLimit = cfg.CountLimit
@@ -358,6 +365,9 @@ func (in *instruments) gauges(m metric.Meter, svc *inbox.Service, subs []*inbox.
 			o.ObserveInt64(refused, n, metric.WithAttributes(attribute.String("queue", q)))
 		}
 		var errs []error
+		if !cfg.NoRowGauge {
+			errs = append(errs, observeWaiting(ctx, o, waiting, op, subs))
+		}
 		for q := range workers {
 			qa := attribute.String("queue", q)
 			o.ObserveInt64(total, workers[q], metric.WithAttributes(qa))
@@ -376,4 +386,28 @@ func (in *instruments) gauges(m metric.Meter, svc *inbox.Service, subs []*inbox.
 		}
 		return errors.Join(errs...)
 	}, insts...)
+}
+
+// observeWaiting observes the rows waiting on each limited queue's limit.
+func observeWaiting(ctx context.Context, o metric.Observer, waiting metric.Int64ObservableGauge, op *inbox.Operator, subs []*inbox.Subscription) error {
+	by := map[string]int64{}
+	seen := map[[2]string]bool{} // subscriptions of one queue and column count the same rows
+	var errs []error
+	for _, s := range subs {
+		col, n := s.Limit()
+		if n == 0 || seen[[2]string{queueName(s), col}] {
+			continue
+		}
+		seen[[2]string{queueName(s), col}] = true
+		w, err := op.LimitWaiting(ctx, s)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		by[queueName(s)] += w
+	}
+	for q, n := range by {
+		o.ObserveInt64(waiting, n, metric.WithAttributes(attribute.String("queue", q)))
+	}
+	return errors.Join(errs...)
 }

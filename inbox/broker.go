@@ -57,6 +57,7 @@ type Broker struct {
 	sqls      sync.Map                 // each table's statements (dialect.InboxSQL), see pollers.go
 	checking  map[any]*checkCall       // table checks in flight (see checkShared)
 	histories map[string]*tableHistory // tables' histories by table (see History)
+	deps      map[string]*tableDeps    // tables' edges by table (see After)
 }
 
 // ErrInvalid is wrapped by every refusal of an option's value or of an

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/claim/deps"
 	"github.com/sqlinbox/sqlinbox/internal/claim/slots"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
@@ -63,7 +64,7 @@ func handleTx(ctx context.Context, b *Broker, j *claim.Job, h func(context.Conte
 	if j.Err != nil {
 		return j.Err
 	}
-	st := slots.Unwrap(j.Settler) // the form's own, under a limit's slot
+	st := deps.Unwrap(slots.Unwrap(j.Settler)) // the form's own, under a limit's slot and a release
 	if lender, ok := st.(claim.TxLender); ok {
 		return handleHeldTx(ctx, lender.LendTx(), h)
 	}

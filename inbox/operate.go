@@ -116,6 +116,8 @@ func (o *Operator) filter(ref QueueRef) dialect.AdminFilter {
 // QueueState is a queue's rows by state (see the State constants).
 type QueueState struct {
 	Available, Held, Delayed, Parked int64
+	// Waiting counts rows that wait for their parents (see After).
+	Waiting int64
 	// Oldest is the oldest available row's created_at (its locked_until
 	// where the table has no created_at; zero when none is known).
 	Oldest time.Time
@@ -131,6 +133,9 @@ const (
 	StateHeld      = dialect.StateHeld      // due after a sixth of a lease from now, within a lease: in work
 	StateDelayed   = dialect.StateDelayed   // due sooner, or further off: a retry's backoff or a delayed publish
 	StateParked    = dialect.StateParked    // failed its last attempt; see Unpark
+	// StateWaiting is a row that waits for its parents (After): its
+	// locked_until holds a fixed far time, before the one of a parked row.
+	StateWaiting = dialect.StateWaiting
 )
 
 // State counts ref's rows by state.
@@ -157,7 +162,7 @@ func (o *Operator) countStates(ctx context.Context, ref QueueRef, t dialect.Admi
 	var st QueueState
 	var oldest any
 	var scanned int64
-	if err := o.b.db.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&st.Available, &st.Held, &st.Delayed, &st.Parked, &oldest, &scanned); err != nil {
+	if err := o.b.db.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&st.Available, &st.Held, &st.Delayed, &st.Parked, &st.Waiting, &oldest, &scanned); err != nil {
 		return QueueState{}, fmt.Errorf("inbox: count %s of %q: %w", what, ref.Table, err)
 	}
 	st.Capped = scanned >= int64(limit)
@@ -341,7 +346,7 @@ func (o *Operator) change(ctx context.Context, ref QueueRef, sel Selection, stat
 	f.IDs, f.ErrorContains = sel.IDs, sel.ErrorContains
 	f.States = []string{state}
 	if state == "" {
-		f.States = []string{StateAvailable, StateDelayed, StateParked}
+		f.States = []string{StateAvailable, StateDelayed, StateWaiting, StateParked}
 	}
 	q, err := o.b.d.ChangeRows(t, f, c)
 	if err != nil {

@@ -77,6 +77,7 @@ type Counts struct {
 	Available int64 // claimable now
 	Held      int64 // leased, or delayed (a retry or a delayed publish)
 	Parked    int64 // failed their last attempt; see ListParked
+	Waiting   int64 // wait for their parents (see After)
 }
 
 // Count counts the rows of q by state, on the broker's clock.
@@ -90,7 +91,7 @@ func Count[T any](ctx context.Context, b *Broker, q Queue[T]) (Counts, error) {
 	var c Counts
 	call := stmts.Count.Call(b.clock.Now(), groupArg(q))
 	if err := b.db.QueryRowContext(ctx, call.SQL, call.Args...).
-		Scan(&c.Available, &c.Held, &c.Parked); err != nil {
+		Scan(&c.Available, &c.Held, &c.Parked, &c.Waiting); err != nil {
 		return Counts{}, fmt.Errorf("inbox: count rows of %q: %w", q.table, err)
 	}
 	return c, nil

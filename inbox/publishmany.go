@@ -59,7 +59,7 @@ func publishManyDB[T any](ctx context.Context, b *Broker, q Queue[T], rows []T, 
 		}
 		reserved = r != nil
 	}
-	if b.d.BatchArrays() && !reserved {
+	if b.d.BatchArrays() && !reserved && !waits(opts) {
 		// One statement: atomic on its own (with a history, its rows whose
 		// keys the history holds are taken back in the transaction).
 		return publishMany(ctx, b, b.db, q, rows, opts, true, sqlQuery(ctx, b.db), nil)
@@ -169,10 +169,45 @@ func publishMany[T any](ctx context.Context, b *Broker, catalog dialect.Querier,
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if err := cfg.checkAfter(q.table); err != nil {
+		return nil, err
+	}
 	plan, err := b.batchPlan(ctx, catalog, q.table, q.shape, q.group != "")
 	if err != nil {
 		return nil, err
 	}
+	var ds *dialect.DepsSQL
+	if cfg.waits {
+		if ds, err = b.publishDepsSQL(ctx, catalog, q.table, q.shape, plan.times); err != nil {
+			return nil, fmt.Errorf("inbox: publish many to %q with After: %w", q.table, err)
+		}
+		cfg.at = dialect.Waiting
+	}
+	ids, err := publishBatch(ctx, b, catalog, q, rows, cfg, plan, stamped, query, exec)
+	if ds == nil || (err != nil && !errors.Is(err, ErrDuplicate)) {
+		return ids, err
+	}
+	written := ids
+	var dup *DuplicateError
+	if errors.As(err, &dup) {
+		written = nil
+		for _, id := range ids {
+			if !slices.Contains(dup.IDs, id) {
+				written = append(written, id)
+			}
+		}
+	}
+	for _, id := range written {
+		if werr := publishWaits(ds, q.table, id, &cfg, query, exec); werr != nil {
+			return nil, werr
+		}
+	}
+	return ids, err
+}
+
+// publishBatch writes a batch's rows (see publishMany).
+func publishBatch[T any](ctx context.Context, b *Broker, catalog dialect.Querier, q Queue[T], rows []T, cfg publishConfig, plan batchPlan, stamped bool, query queryFunc, exec execFunc) ([]int64, error) {
+	var err error
 	offset, at := cfg.lockedUntil(plan.times, b.clock.Now())
 	fixed := []any{offset}
 	if plan.times.InDatabase {

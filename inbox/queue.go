@@ -103,6 +103,11 @@ type PublishOption func(*publishConfig)
 type publishConfig struct {
 	delay time.Duration
 	at    time.Time // set by At; wins over delay
+	// after are the parents After names; waits says After was given.
+	after     []int64
+	waits     bool
+	policy    ParentPolicy
+	policySet bool
 }
 
 // Delay makes the row available only once d has passed on the broker's
@@ -162,6 +167,10 @@ func Publish[T any](ctx context.Context, b *Broker, q Queue[T], row T, opts ...P
 // publishDB is Publish's write: one statement, or on a table with keys
 // and a history, a transaction (see publishKeyed).
 func publishDB[T any](ctx context.Context, b *Broker, q Queue[T], row T, opts []PublishOption) (int64, error) {
+	if waits(opts) {
+		// The row and its edges commit together.
+		return publishReserved(ctx, b, q, row, opts)
+	}
 	if q.shape != nil && q.shape.column(RoleKey) != "" {
 		r, err := b.reservation(ctx, b.db, q.table, q.shape)
 		if err != nil {
@@ -293,9 +302,19 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if err := cfg.checkAfter(q.table); err != nil {
+		return 0, err
+	}
 	tm, err := b.times(ctx, catalog, q.table, q.shape)
 	if err != nil {
 		return 0, err
+	}
+	var ds *dialect.DepsSQL
+	if cfg.waits {
+		if ds, err = b.publishDepsSQL(ctx, catalog, q.table, q.shape, tm); err != nil {
+			return 0, fmt.Errorf("inbox: publish to %q with After: %w", q.table, err)
+		}
+		cfg.at = dialect.Waiting
 	}
 	ins, fields := b.insertSQL(q.table, q.shape, tm)
 	v := reflect.ValueOf(row)
@@ -345,7 +364,11 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 		if err != nil {
 			return 0, err
 		}
-		return publishKeyed(b.d, q.table, q.shape, v, call, insert, func(query string, args ...any) scanner { return queryRow(query, args...) }, r, query, exec)
+		id, err := publishKeyed(b.d, q.table, q.shape, v, call, insert, func(query string, args ...any) scanner { return queryRow(query, args...) }, r, query, exec)
+		if err != nil || ds == nil {
+			return id, err
+		}
+		return id, publishWaits(ds, q.table, id, &cfg, query, exec)
 	}
 	var id int64
 	if ins.Returns() {
@@ -355,6 +378,9 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 	}
 	if err != nil {
 		return 0, fmt.Errorf("inbox: publish to %q: %w", q.table, err)
+	}
+	if ds != nil {
+		return id, publishWaits(ds, q.table, id, &cfg, query, exec)
 	}
 	return id, nil
 }

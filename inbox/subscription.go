@@ -11,7 +11,9 @@ import (
 	"github.com/sqlinbox/sqlinbox/claim"
 	"github.com/sqlinbox/sqlinbox/claim/lease"
 	iclaim "github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/claim/deps"
 	"github.com/sqlinbox/sqlinbox/internal/claim/slots"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
 	"github.com/sqlinbox/sqlinbox/internal/engine"
 	"github.com/sqlinbox/sqlinbox/internal/inboxtype"
 	"github.com/sqlinbox/sqlinbox/notify"
@@ -189,6 +191,10 @@ type Subscription struct {
 	// limiter keeps the subscription's Limit; nil without one.
 	limiter *slots.Limiter
 	history *iclaim.History // where acks move rows (History); nil: they delete
+	// releaser releases the children of acked rows where the table has
+	// edges (After); nil without.
+	releaser *deps.Releaser
+	depsSQL  *dialect.DepsSQL
 	// deco is what its service adds around its claims and handlings (set
 	// by the service's Run; empty otherwise).
 	deco    decoration
@@ -314,6 +320,9 @@ func (s *Subscription) check(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := s.checkDeps(ctx, t); err != nil {
+		return err
+	}
 	if s.grouped {
 		env.Group = s.group
 		s.poller = s.b.poller(t)
@@ -358,6 +367,9 @@ func (s *Subscription) Run(ctx context.Context) error {
 	}
 	if s.history != nil {
 		defer s.b.startPrune(s, s.history)()
+	}
+	if s.releaser != nil {
+		defer s.releaser.Wait()
 	}
 	e.Run(ctx)
 	return nil
@@ -438,12 +450,19 @@ func (s *Subscription) engineConfig(wakes <-chan struct{}) engine.Config {
 	if s.limiter != nil {
 		c.Handle = withSlot(c.Handle)
 	}
+	if s.releaser != nil {
+		c.Handle = s.withParents(c.Handle)
+	}
 	c.Prepare = func(j *iclaim.Job) { s.shape.setLease(reflect.ValueOf(j.Value).Elem(), j.Lease) }
 	c.ErrorVerdict = errorVerdict
 	c.ClaimMiddleware = s.deco.claims
 	if s.limiter != nil {
 		// Innermost: what the hooks report claimed is what starts.
 		c.ClaimMiddleware = append(slices.Clone(c.ClaimMiddleware), s.limitClaims())
+	}
+	if s.releaser != nil {
+		// Innermost, on the form's own settlers: a limit's slot wraps it.
+		c.ClaimMiddleware = append(slices.Clone(c.ClaimMiddleware), s.depsClaims())
 	}
 	c.Paused = s.deco.paused
 	c.Unreachable, c.DeadConn = s.b.d.Unreachable, s.b.d.DeadConn

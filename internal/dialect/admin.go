@@ -97,21 +97,23 @@ func (d *Dialect) stateCond(t AdminTable, state string, f AdminFilter, arg func(
 	case StateHeld:
 		return heldCond(lu, arg(t.Times.Encode(f.floor())), arg(t.Times.Encode(f.Horizon))), nil
 	case StateDelayed:
-		late := delayedCond(lu, arg(t.Times.Encode(f.Horizon)), arg(t.Times.Encode(Never)))
+		late := delayedCond(lu, arg(t.Times.Encode(f.Horizon)), arg(t.Times.Encode(Waiting)))
 		if !f.floor().After(f.Now) {
 			return late, nil
 		}
 		return "(" + late + " OR " + heldCond(lu, arg(t.Times.Encode(f.Now)), arg(t.Times.Encode(f.floor()))) + ")", nil
 	case StateParked:
 		return parkedCond(lu, arg(t.Times.Encode(Never))), nil
+	case StateWaiting:
+		return waitingCond(lu, arg(t.Times.Encode(Waiting)), arg(t.Times.Encode(Never))), nil
 	}
-	return "", fmt.Errorf("unknown state %q: use available, held, delayed or parked", state)
+	return "", fmt.Errorf("unknown state %q: use available, held, delayed, waiting or parked", state)
 }
 
 // CountStatesSQL counts the rows of the first limit rows in id order that
 // match a filter by state, and finds the oldest available row's created_at
 // (its locked_until without one): available, held, delayed, parked,
-// oldest, scanned.
+// waiting, oldest, scanned.
 type CountStatesSQL struct {
 	text
 	where []any         // the filter's parameters, which come first
@@ -122,7 +124,7 @@ type CountStatesSQL struct {
 // (as far after now as the filter's was after its Now) and up to horizon,
 // over at most limit rows.
 func (s CountStatesSQL) Call(now, horizon time.Time, limit int) Call {
-	args := append(slices.Clip(s.where), s.tm.Encode(now), s.tm.Encode(horizon), s.tm.Encode(Never), limit, s.tm.Encode(now.Add(s.floor)))
+	args := append(slices.Clip(s.where), s.tm.Encode(now), s.tm.Encode(horizon), s.tm.Encode(Never), limit, s.tm.Encode(now.Add(s.floor)), s.tm.Encode(Waiting))
 	return s.call(args...)
 }
 
@@ -144,17 +146,18 @@ func (d *Dialect) countStates(t AdminTable, where string, n int) string {
 		oldest = t.CreatedAt
 	}
 	p := func(i int) string { return fmt.Sprintf("$%d", n+i) }
-	now, hz, never, floor := p(0), p(1), p(2), p(4)
+	now, hz, never, floor, waiting := p(0), p(1), p(2), p(4), p(5)
 	return fmt.Sprintf(`SELECT
 	COALESCE(SUM(CASE WHEN %[1]s THEN 1 ELSE 0 END), 0),
 	COALESCE(SUM(CASE WHEN %[2]s THEN 1 ELSE 0 END), 0),
 	COALESCE(SUM(CASE WHEN %[3]s THEN 1 ELSE 0 END), 0),
 	COALESCE(SUM(CASE WHEN %[4]s THEN 1 ELSE 0 END), 0),
+	COALESCE(SUM(CASE WHEN %[11]s THEN 1 ELSE 0 END), 0),
 	MIN(CASE WHEN %[1]s THEN oldest END),
 	COUNT(*)
 FROM (SELECT %[5]s AS lu, %[6]s AS oldest FROM %[7]s WHERE %[8]s ORDER BY %[9]s LIMIT %[10]s) AS s`,
-		availableCond("lu", now), heldCond("lu", floor, hz), "("+delayedCond("lu", hz, never)+" OR "+heldCond("lu", now, floor)+")", parkedCond("lu", never),
-		lu, oldest, t.Name, where, t.ID, p(3))
+		availableCond("lu", now), heldCond("lu", floor, hz), "("+delayedCond("lu", hz, waiting)+" OR "+heldCond("lu", now, floor)+")", parkedCond("lu", never),
+		lu, oldest, t.Name, where, t.ID, p(3), waitingCond("lu", waiting, never))
 }
 
 // ScanEnd reads the id of the scan-th row that f selects, in id order (no

@@ -36,7 +36,7 @@ func TestStatesAgreeInSQLAndGo(t *testing.T) {
 			now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 			horizon := now.Add(time.Minute)
 			lus := []*time.Time{nil}
-			for _, at := range []time.Time{now.Add(-time.Second), now, now.Add(time.Millisecond), horizon, horizon.Add(time.Millisecond), dialect.Never.Add(-time.Millisecond), dialect.Never} {
+			for _, at := range []time.Time{now.Add(-time.Second), now, now.Add(time.Millisecond), horizon, horizon.Add(time.Millisecond), dialect.Waiting.Add(-time.Millisecond), dialect.Waiting, dialect.Never.Add(-time.Millisecond), dialect.Never} {
 				lus = append(lus, &at)
 			}
 			want := map[string]int64{}
@@ -61,27 +61,27 @@ func TestStatesAgreeInSQLAndGo(t *testing.T) {
 				t.Fatal(err)
 			}
 			q := count.Call(now, horizon, 100)
-			var got [4]int64
+			var got [5]int64
 			var oldest any
 			var scanned int64
-			if err := db.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&got[0], &got[1], &got[2], &got[3], &oldest, &scanned); err != nil {
+			if err := db.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&got[0], &got[1], &got[2], &got[3], &got[4], &oldest, &scanned); err != nil {
 				t.Fatal(err)
 			}
-			for i, s := range []string{dialect.StateAvailable, dialect.StateHeld, dialect.StateDelayed, dialect.StateParked} {
+			for i, s := range []string{dialect.StateAvailable, dialect.StateHeld, dialect.StateDelayed, dialect.StateParked, dialect.StateWaiting} {
 				if got[i] != want[s] {
 					t.Errorf("%s: the count says %d rows, StateOf %d (all: %v)", s, got[i], want[s], want)
 				}
 			}
-			if want[dialect.StateAvailable] != 3 || want[dialect.StateHeld] != 2 || want[dialect.StateDelayed] != 2 || want[dialect.StateParked] != 1 {
-				t.Errorf("StateOf put the rows in %v, want 3 available, 2 held, 2 delayed, 1 parked", want)
+			if want[dialect.StateAvailable] != 3 || want[dialect.StateHeld] != 2 || want[dialect.StateDelayed] != 2 || want[dialect.StateParked] != 1 || want[dialect.StateWaiting] != 2 {
+				t.Errorf("StateOf put the rows in %v, want 3 available, 2 held, 2 delayed, 2 waiting, 1 parked", want)
 			}
 			// The inbox count (held and delayed as one) agrees too.
 			inbox := d.Inbox(tbl.Table, tm).Count.Call(now, nil)
-			var avail, held, parked int64
-			if err := db.QueryRowContext(ctx, inbox.SQL, inbox.Args...).Scan(&avail, &held, &parked); err != nil {
+			var avail, held, parked, waiting int64
+			if err := db.QueryRowContext(ctx, inbox.SQL, inbox.Args...).Scan(&avail, &held, &parked, &waiting); err != nil {
 				t.Fatal(err)
 			}
-			if avail != want[dialect.StateAvailable] || held != want[dialect.StateHeld]+want[dialect.StateDelayed] || parked != want[dialect.StateParked] {
+			if avail != want[dialect.StateAvailable] || held != want[dialect.StateHeld]+want[dialect.StateDelayed] || parked != want[dialect.StateParked] || waiting != want[dialect.StateWaiting] {
 				t.Errorf("inbox count %d available, %d held, %d parked; StateOf says %v", avail, held, parked, want)
 			}
 			// With a floor between now and the horizon, the rows due up to
@@ -104,10 +104,10 @@ func TestStatesAgreeInSQLAndGo(t *testing.T) {
 				t.Fatal(err)
 			}
 			fq := fc.Call(now, horizon, 100)
-			if err := db.QueryRowContext(ctx, fq.SQL, fq.Args...).Scan(&got[0], &got[1], &got[2], &got[3], &oldest, &scanned); err != nil {
+			if err := db.QueryRowContext(ctx, fq.SQL, fq.Args...).Scan(&got[0], &got[1], &got[2], &got[3], &got[4], &oldest, &scanned); err != nil {
 				t.Fatal(err)
 			}
-			for i, s := range []string{dialect.StateAvailable, dialect.StateHeld, dialect.StateDelayed, dialect.StateParked} {
+			for i, s := range []string{dialect.StateAvailable, dialect.StateHeld, dialect.StateDelayed, dialect.StateParked, dialect.StateWaiting} {
 				if got[i] != withFloor[s] {
 					t.Errorf("with a floor, %s: the count says %d rows, StateIn %d", s, got[i], withFloor[s])
 				}

@@ -1,0 +1,351 @@
+// Package deps releases the rows that wait for others (inbox.After) once
+// their parents are settled. A subscription whose table has a table of
+// edges (dialect.DepsSQL) wraps each claimed job's settler: after an ack
+// has committed, the acked ids are batched (one release per batch of acks
+// queued meanwhile) and their children that no other parent holds are set
+// available; after a park has committed, the parent's policy is applied to
+// its children (parked too, recursively; run; deleted). A release lost to
+// a crash between an ack's commit and its release is found by Sweep: the
+// edges still pending whose parent is gone or parked.
+//
+// Why no lock is needed: each release's check runs after its own parent's
+// ack (or park mark) committed, so of two parents settled at once the
+// later check sees both; a child released twice is harmless, since the
+// release is guarded on the child's locked_until still being
+// dialect.Waiting.
+package deps
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/clock"
+	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+	"github.com/sqlinbox/sqlinbox/internal/groupcommit"
+)
+
+// Config is what a Releaser needs of its subscription.
+type Config struct {
+	DB     *sql.DB
+	SQL    *dialect.DepsSQL
+	Writer *dialect.Writer // SQLite's one write turn; nil elsewhere
+	Clock  clock.Clock
+	Table  string // for messages
+	// Released, when set, is called after children were made available
+	// (on the releasing goroutine; it must not block): the table's
+	// subscriptions are woken.
+	Released func()
+	// Sweep is the least time between two sweeps for stranded edges.
+	Sweep time.Duration
+	Log   *slog.Logger
+	// Conflict says a statement was rolled back for a deadlock or a lock
+	// wait timeout (MariaDB/MySQL): it is sent again, a few times.
+	Conflict func(error) bool
+}
+
+// Releaser releases the children of one subscription's settled rows.
+type Releaser struct {
+	cfg     Config
+	acks    *groupcommit.Committer[int64]
+	pending sync.WaitGroup
+
+	mu    sync.Mutex
+	swept time.Time
+}
+
+// New returns the releaser of cfg.
+func New(cfg Config) *Releaser {
+	r := &Releaser{cfg: cfg}
+	r.acks = groupcommit.New(groupcommit.Config[int64]{Flush: r.flush, Max: 1000})
+	return r
+}
+
+// Wait waits for the releases queued so far: a subscription's Run returns
+// once they are written.
+func (r *Releaser) Wait() { r.pending.Wait() }
+
+// conflictTries is how many times a release that met a conflict is sent.
+const conflictTries = 3
+
+// Acked queues the release of the children of an acked row and calls
+// then once it is written (or failed: the sweep makes up for it). The
+// settlement returns only then, so the claim the engine sends next finds
+// the children released.
+func (r *Releaser) Acked(id int64, then func()) {
+	r.pending.Add(1)
+	r.acks.Submit(id, func(error) {
+		r.pending.Done()
+		then()
+	})
+}
+
+// flush releases the children of a batch of acked rows.
+func (r *Releaser) flush(batch []int64, _ []error) {
+	ctx, cancel := context.WithTimeout(context.Background(), contract.SettleTimeout)
+	defer cancel()
+	var n int
+	var err error
+	for try := 1; ; try++ {
+		n, err = r.Release(ctx, batch)
+		if err == nil || try >= conflictTries || r.cfg.Conflict == nil || !r.cfg.Conflict(err) {
+			break
+		}
+	}
+	if err != nil {
+		r.cfg.Log.Warn("inbox: could not release the rows that wait for acked rows; a sweep releases them within seconds", "table", r.cfg.Table, "acked", len(batch), "err", err)
+	}
+	if n > 0 && r.cfg.Released != nil {
+		r.cfg.Released()
+		// Again once the acks' settlements have returned: a subscription
+		// of one worker whose short claim was in flight when the first
+		// wake came left the released row for its poll (on Postgres, lease
+		// and row-lock forms, about one round in ten of
+		// TestDepsConcurrentAcksReleaseOnce).
+		time.AfterFunc(secondWake, r.cfg.Released)
+	}
+}
+
+// secondWake is when a release wakes the table's subscriptions again.
+const secondWake = 50 * time.Millisecond
+
+// Release marks the edges of acked rows acked, drops the edges of the
+// acked rows themselves (as children), and makes available the children
+// no parent holds any more. It returns how many it made available.
+func (r *Releaser) Release(ctx context.Context, acked []int64) (int, error) {
+	if err := r.cfg.Writer.Lock(ctx); err != nil {
+		return 0, err
+	}
+	defer r.cfg.Writer.Unlock()
+	s := r.cfg.SQL
+	if one := s.ReleaseAll(acked); one.SQL != "" {
+		ids, err := r.readIDs(ctx, one)
+		return len(ids), err
+	}
+	children, err := r.readIDs(ctx, s.MarkAcked(acked))
+	if err != nil {
+		return 0, err
+	}
+	if then := s.MarkAckedThen(acked); then.SQL != "" && len(children) > 0 {
+		if err := r.exec(ctx, then); err != nil {
+			return 0, err
+		}
+	}
+	if err := r.exec(ctx, s.DropChildren(acked)); err != nil {
+		return 0, err
+	}
+	ready, err := r.unblock(ctx, children)
+	return len(ready), err
+}
+
+// unblock makes available the children that no edge holds any more.
+func (r *Releaser) unblock(ctx context.Context, children []int64) ([]int64, error) {
+	if len(children) == 0 {
+		return nil, nil
+	}
+	s := r.cfg.SQL
+	ready, err := r.readIDs(ctx, s.Unblock(children))
+	if err != nil || len(ready) == 0 {
+		return ready, err
+	}
+	if then := s.UnblockThen(ready); then.SQL != "" {
+		return ready, r.exec(ctx, then)
+	}
+	return ready, nil
+}
+
+// failure is a parent that will not be acked: parked (or deleted by its
+// own parent's policy), with what its children's last error says.
+type failure struct {
+	id   int64
+	what string // "parked", "deleted"
+	err  string
+}
+
+// Parked applies the policies of the children of parent, parked with
+// lastError: each child parked with a last error naming the parent
+// (recursively to its own children), run once its other parents are
+// settled, or deleted. Called once the park has committed.
+func (r *Releaser) Parked(ctx context.Context, parent int64, lastError string) error {
+	if err := r.cfg.Writer.Lock(ctx); err != nil {
+		return err
+	}
+	defer r.cfg.Writer.Unlock()
+	queue := []failure{{id: parent, what: "parked", err: lastError}}
+	released := 0
+	for len(queue) > 0 {
+		f := queue[0]
+		queue = queue[1:]
+		more, n, err := r.fail(ctx, f)
+		if err != nil {
+			return fmt.Errorf("apply the policies of the rows that wait for row %d of %q: %w", f.id, r.cfg.Table, err)
+		}
+		queue = append(queue, more...)
+		released += n
+	}
+	if released > 0 && r.cfg.Released != nil {
+		r.cfg.Released()
+	}
+	return nil
+}
+
+// fail marks f's edges failed and applies their policies: it returns the
+// children parked or deleted (failures in turn) and how many it made
+// available.
+func (r *Releaser) fail(ctx context.Context, f failure) ([]failure, int, error) {
+	s := r.cfg.SQL
+	var run, park, del []int64
+	err := r.query(ctx, s.MarkFailed(f.id), func(rows *sql.Rows) error {
+		var child int64
+		var policy int
+		if err := rows.Scan(&child, &policy); err != nil {
+			return err
+		}
+		switch policy {
+		case dialect.PolicyRun:
+			run = append(run, child)
+		case dialect.PolicyDelete:
+			del = append(del, child)
+		default:
+			park = append(park, child)
+		}
+		return nil
+	})
+	if err != nil || len(run)+len(park)+len(del) == 0 {
+		return nil, 0, err
+	}
+	if then := s.MarkFailedThen(f.id); then.SQL != "" {
+		if err := r.exec(ctx, then); err != nil {
+			return nil, 0, err
+		}
+	}
+	msg := fmt.Sprintf("parent %d %s: %s", f.id, f.what, f.err)
+	var out []failure
+	if len(park) > 0 {
+		parked, err := r.readIDs(ctx, s.ParkWaiting(park, msg))
+		if err != nil {
+			return nil, 0, err
+		}
+		if then := s.ParkWaitingThen(parked, msg); then.SQL != "" && len(parked) > 0 {
+			if err := r.exec(ctx, then); err != nil {
+				return nil, 0, err
+			}
+		}
+		for _, id := range parked {
+			out = append(out, failure{id: id, what: "parked", err: msg})
+		}
+	}
+	if len(del) > 0 {
+		deleted, err := r.readIDs(ctx, s.DeleteWaiting(del))
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(deleted) > 0 {
+			if then := s.DeleteWaitingThen(deleted); then.SQL != "" {
+				if err := r.exec(ctx, then); err != nil {
+					return nil, 0, err
+				}
+			}
+			if err := r.exec(ctx, s.DropChildren(deleted)); err != nil {
+				return nil, 0, err
+			}
+		}
+		for _, id := range deleted {
+			out = append(out, failure{id: id, what: "deleted", err: msg})
+		}
+	}
+	ready, err := r.unblock(ctx, run)
+	return out, len(ready), err
+}
+
+// Sweep releases the children of edges stranded by a crash: still pending
+// while their parent is gone (acked) or parked. It runs at most once a
+// Config.Sweep, and reads a batch of parents each time.
+func (r *Releaser) Sweep(ctx context.Context) {
+	now := r.cfg.Clock.Now()
+	r.mu.Lock()
+	due := now.Sub(r.swept) >= r.cfg.Sweep
+	if due {
+		r.swept = now
+	}
+	r.mu.Unlock()
+	if !due {
+		return
+	}
+	if err := r.sweep(ctx); err != nil && ctx.Err() == nil {
+		r.cfg.Log.Warn("inbox: could not sweep the edges of rows that wait; trying again later", "table", r.cfg.Table, "err", err)
+	}
+}
+
+func (r *Releaser) sweep(ctx context.Context) error {
+	var gone []int64
+	var parked []failure
+	err := r.query(ctx, r.cfg.SQL.Stranded(), func(rows *sql.Rows) error {
+		var id int64
+		var isGone int
+		var lastError string
+		if err := rows.Scan(&id, &isGone, &lastError); err != nil {
+			return err
+		}
+		if isGone == 1 {
+			gone = append(gone, id)
+		} else {
+			parked = append(parked, failure{id: id, what: "parked", err: lastError})
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(gone) > 0 {
+		n, err := r.Release(ctx, gone)
+		if err != nil {
+			return err
+		}
+		if n > 0 && r.cfg.Released != nil {
+			r.cfg.Released()
+		}
+	}
+	for _, f := range parked {
+		if err := r.Parked(ctx, f.id, f.err); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Releaser) exec(ctx context.Context, c dialect.Call) error {
+	_, err := r.cfg.DB.ExecContext(ctx, c.SQL, c.Args...)
+	return err
+}
+
+func (r *Releaser) query(ctx context.Context, c dialect.Call, each func(*sql.Rows) error) error {
+	rows, err := r.cfg.DB.QueryContext(ctx, c.SQL, c.Args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+func (r *Releaser) readIDs(ctx context.Context, c dialect.Call) ([]int64, error) {
+	var ids []int64
+	err := r.query(ctx, c, func(rows *sql.Rows) error {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		ids = append(ids, id)
+		return nil
+	})
+	return ids, err
+}

@@ -1,0 +1,378 @@
+package dialect
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The dependencies of an inbox table's rows (see inbox.After): a table of
+// edges, <table>_deps, one row per child and parent. A child waits with
+// locked_until at Waiting, which every claim passes over as it passes over
+// a lease in the future; once each of its parents is settled (acked, or
+// parked under a policy that runs the child), a release sets it to NULL.
+//
+// An edge's state says what its parent did: EdgePending while the parent
+// is queued, EdgeAcked once it was acked (or was gone at the publish),
+// EdgeFailed once it was parked (or deleted by a parent's policy). Edges
+// stay until their child is acked, so a handler can read its parents'
+// outcomes. Each statement's text is beside its Call.
+
+// The columns of a table of edges.
+const (
+	DepsChildColumn  = "child_id"
+	DepsParentColumn = "parent_id"
+	DepsPolicyColumn = "policy"
+	DepsStateColumn  = "state"
+)
+
+// DepsName is the table of edges of table: its name with "_deps" after it,
+// in the same schema.
+func DepsName(table string) string { return table + "_deps" }
+
+// Waiting is the time written into a row that waits for its parents: far
+// enough that no claim reaches it, before Never so a parked row stays
+// apart from a waiting one.
+var Waiting = time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// The states of an edge.
+const (
+	EdgePending = 0
+	EdgeAcked   = 1
+	EdgeFailed  = 2
+)
+
+// The policies of an edge: what its child does when its parent is parked.
+const (
+	PolicyPark   = 0
+	PolicyRun    = 1
+	PolicyDelete = 2
+)
+
+// ParentEdge is one edge a publish writes: its parent and its state.
+type ParentEdge struct {
+	Parent int64
+	State  int
+}
+
+// DepsSQL is what publishes and settlements run on a table with edges.
+type DepsSQL struct {
+	kind      Kind
+	tm        Times
+	lastError bool
+
+	readParents, addEdges, ready, parkNow, deleteNow                      text
+	releaseAll, markAcked, markAckedThen, dropChildren                    text
+	unblock, unblockThen, markFailed, markFailedThen                      text
+	parkWaiting, parkWaitingThen, deleteWaiting, deleteWaitingThen, count text
+	stranded                                                              text
+}
+
+// DepsDDL creates the edges of table, whose id column is of type idType.
+func (d *Dialect) DepsDDL(table, idType string) []string {
+	name := DepsName(table)
+	small := "smallint"
+	defs := []string{
+		d.Quote(DepsChildColumn) + " " + idType + " NOT NULL",
+		d.Quote(DepsParentColumn) + " " + idType + " NOT NULL",
+		d.Quote(DepsPolicyColumn) + " " + small + " NOT NULL DEFAULT 0",
+		d.Quote(DepsStateColumn) + " " + small + " NOT NULL DEFAULT 0",
+		fmt.Sprintf("PRIMARY KEY (%s, %s)", d.Quote(DepsParentColumn), d.Quote(DepsChildColumn)),
+	}
+	index := bareName(name) + "_" + DepsChildColumn
+	if d.Kind == MySQL {
+		defs = append(defs, fmt.Sprintf("KEY %s (%s)", d.Quote(index), d.Quote(DepsChildColumn)))
+		return []string{fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (\n    %s\n) ENGINE=InnoDB", d.Quote(name), strings.Join(defs, ",\n    "))}
+	}
+	return []string{
+		fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (\n    %s\n)", d.Quote(name), strings.Join(defs, ",\n    ")),
+		fmt.Sprintf("CREATE INDEX IF NOT EXISTS %s ON %s (%s)", d.Quote(index), d.Quote(name), d.Quote(DepsChildColumn)),
+	}
+}
+
+// idsIn is the condition "col is one of the ids of parameter $n": an
+// array on Postgres, a JSON array on SQLite, and on MySQL a list written
+// out at the call (the ids are integers), where the text holds idsMark.
+func (d *Dialect) idsIn(col string, n int) string {
+	switch d.Kind {
+	case Postgres:
+		return fmt.Sprintf("%s = ANY($%d::bigint[])", col, n)
+	case SQLite:
+		return fmt.Sprintf("%s IN (SELECT value FROM json_each($%d))", col, n)
+	}
+	return col + " IN " + idsMark
+}
+
+// idsMark stands for a list of ids in a MySQL statement's text.
+const idsMark = "(/*ids*/)"
+
+// Deps writes the statements of table t's edges.
+func (d *Dialect) Deps(t Table, tm Times) *DepsSQL {
+	tm.InDatabase = false // Waiting and Never are fixed times
+	e := d.Quote(DepsName(unquote(t.Name)))
+	ch, pa, po, st := d.Quote(DepsChildColumn), d.Quote(DepsParentColumn), d.Quote(DepsPolicyColumn), d.Quote(DepsStateColumn)
+	id, lu := t.ID, t.LockedUntil
+	s := &DepsSQL{kind: d.Kind, tm: tm, lastError: t.LastError != ""}
+	txt := func(q string) text { return d.text(q, tm) }
+	lastErr := "''"
+	if t.LastError != "" {
+		lastErr = "COALESCE(" + t.LastError + ", '')"
+	}
+	lock := map[Kind]string{Postgres: " FOR KEY SHARE", MySQL: " LOCK IN SHARE MODE"}[d.Kind]
+	// $1 the parents, $2 Never.
+	s.readParents = txt(fmt.Sprintf("SELECT %s, CASE WHEN %s >= $2 THEN 1 ELSE 0 END, %s FROM %s WHERE %s%s", id, lu, lastErr, t.Name, d.idsIn(id, 1), lock))
+	// $1 the child, $2 the policy, $3 the edges.
+	switch d.Kind {
+	case Postgres:
+		s.addEdges = txt(fmt.Sprintf("INSERT INTO %s (%s, %s, %s, %s) SELECT $1, a.p, $2, a.s FROM unnest($3::bigint[], $4::smallint[]) AS a(p, s) ON CONFLICT DO NOTHING", e, ch, pa, po, st))
+	case SQLite:
+		s.addEdges = txt(fmt.Sprintf("INSERT OR IGNORE INTO %s (%s, %s, %s, %s) SELECT $1, json_extract(value, '$[0]'), $2, json_extract(value, '$[1]') FROM json_each($3)", e, ch, pa, po, st))
+	default:
+		s.addEdges = text{kind: d.Kind, sql: fmt.Sprintf("INSERT IGNORE INTO %s (%s, %s, %s, %s) VALUES ", e, ch, pa, po, st)}
+	}
+	// $1 the child, $2 Waiting.
+	s.ready = txt(fmt.Sprintf("UPDATE %s SET %s = NULL WHERE %s = $1 AND %s = $2", t.Name, lu, id, lu))
+	// $1 the child, $2 Never, $3 the last error.
+	keep := ""
+	if t.LastError != "" {
+		keep = fmt.Sprintf(", %s = $3", t.LastError)
+	}
+	s.parkNow = txt(fmt.Sprintf("UPDATE %s SET %s = $2%s WHERE %s = $1", t.Name, lu, keep, id))
+	// $1 the child.
+	s.deleteNow = txt(fmt.Sprintf("DELETE FROM %s WHERE %s = $1", t.Name, id))
+	// blocked: edge x of row c keeps it waiting: its parent still queued
+	// and not one of $1 (acked now), or failed under a policy other than
+	// running the child.
+	blocked := func(c string, acked bool) string {
+		not := ""
+		if acked {
+			not = " AND NOT " + d.idsIn("x."+pa, 1)
+		}
+		return fmt.Sprintf("NOT EXISTS (SELECT 1 FROM %s x WHERE x.%s = %s AND ((x.%s = %d%s AND EXISTS (SELECT 1 FROM %s p WHERE p.%s = x.%s)) OR (x.%s = %d AND x.%s <> %d)))",
+			e, ch, c, st, EdgePending, not, t.Name, id, pa, st, EdgeFailed, po, PolicyRun)
+	}
+	// $1 acked parents, $2 Waiting.
+	if d.Kind == Postgres {
+		s.releaseAll = txt(fmt.Sprintf(`WITH a AS (UPDATE %s SET %s = %d WHERE %s AND %s = %d RETURNING %s),
+d AS (DELETE FROM %s WHERE %s)
+UPDATE %s SET %s = NULL WHERE %s IN (SELECT %s FROM a) AND %s = $2 AND %s RETURNING %s`,
+			e, st, EdgeAcked, d.idsIn(pa, 1), st, EdgePending, ch,
+			e, d.idsIn(ch, 1),
+			t.Name, lu, id, ch, lu, blocked(t.Name+"."+id, true), id))
+	}
+	// $1 acked parents.
+	if d.Kind == MySQL {
+		s.markAcked = txt(fmt.Sprintf("SELECT %s FROM %s WHERE %s AND %s = %d", ch, e, d.idsIn(pa, 1), st, EdgePending))
+		s.markAckedThen = txt(fmt.Sprintf("UPDATE %s SET %s = %d WHERE %s AND %s = %d", e, st, EdgeAcked, d.idsIn(pa, 1), st, EdgePending))
+	} else {
+		s.markAcked = txt(fmt.Sprintf("UPDATE %s SET %s = %d WHERE %s AND %s = %d RETURNING %s", e, st, EdgeAcked, d.idsIn(pa, 1), st, EdgePending, ch))
+	}
+	// $1 acked (or deleted) children.
+	s.dropChildren = txt(fmt.Sprintf("DELETE FROM %s WHERE %s", e, d.idsIn(ch, 1)))
+	// $1 children, $2 Waiting.
+	if d.Kind == MySQL {
+		s.unblock = txt(fmt.Sprintf("SELECT c.%s FROM %s c WHERE %s AND c.%s = $2 AND %s", id, t.Name, d.idsIn("c."+id, 1), lu, blocked("c."+id, false)))
+		s.unblockThen = txt(fmt.Sprintf("UPDATE %s SET %s = NULL WHERE %s AND %s = $2", t.Name, lu, d.idsIn(id, 1), lu))
+	} else {
+		s.unblock = txt(fmt.Sprintf("UPDATE %s SET %s = NULL WHERE %s AND %s = $2 AND %s RETURNING %s", t.Name, lu, d.idsIn(id, 1), lu, blocked(t.Name+"."+id, false), id))
+	}
+	s.writeFailed(d, t, e, txt)
+	// $1 the child.
+	s.count = txt(fmt.Sprintf("SELECT %s, COUNT(*) FROM %s WHERE %s = $1 GROUP BY %s", st, e, ch, st))
+	// $1 Never: the parents of pending edges that are gone or parked.
+	pErr := "''"
+	if t.LastError != "" {
+		pErr = "COALESCE(p." + t.LastError + ", '')"
+	}
+	s.stranded = txt(fmt.Sprintf("SELECT DISTINCT x.%s, CASE WHEN p.%s IS NULL THEN 1 ELSE 0 END, %s FROM %s x LEFT JOIN %s p ON p.%s = x.%s WHERE x.%s = %d AND (p.%s IS NULL OR p.%s >= $1) LIMIT %d",
+		pa, id, pErr, e, t.Name, id, pa, st, EdgePending, id, lu, StrandedBatch))
+	return s
+}
+
+// writeFailed writes the statements run when a parent fails (is parked).
+func (s *DepsSQL) writeFailed(d *Dialect, t Table, e string, txt func(string) text) {
+	ch, pa, po, st := d.Quote(DepsChildColumn), d.Quote(DepsParentColumn), d.Quote(DepsPolicyColumn), d.Quote(DepsStateColumn)
+	id, lu := t.ID, t.LockedUntil
+	keep := ""
+	if t.LastError != "" {
+		keep = fmt.Sprintf(", %s = $4", t.LastError)
+	}
+	// $1 the failed parent.
+	if d.Kind == MySQL {
+		s.markFailed = txt(fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s = $1 AND %s = %d", ch, po, e, pa, st, EdgePending))
+		s.markFailedThen = txt(fmt.Sprintf("UPDATE %s SET %s = %d WHERE %s = $1 AND %s = %d", e, st, EdgeFailed, pa, st, EdgePending))
+		// $1 children, $2 Waiting, $3 Never, $4 the last error.
+		s.parkWaiting = txt(fmt.Sprintf("SELECT %s FROM %s WHERE %s AND %s = $2", id, t.Name, d.idsIn(id, 1), lu))
+		s.parkWaitingThen = txt(fmt.Sprintf("UPDATE %s SET %s = $3%s WHERE %s AND %s = $2", t.Name, lu, keep, d.idsIn(id, 1), lu))
+		s.deleteWaiting = txt(fmt.Sprintf("SELECT %s FROM %s WHERE %s AND %s = $2", id, t.Name, d.idsIn(id, 1), lu))
+		s.deleteWaitingThen = txt(fmt.Sprintf("DELETE FROM %s WHERE %s AND %s = $2", t.Name, d.idsIn(id, 1), lu))
+		return
+	}
+	s.markFailed = txt(fmt.Sprintf("UPDATE %s SET %s = %d WHERE %s = $1 AND %s = %d RETURNING %s, %s", e, st, EdgeFailed, pa, st, EdgePending, ch, po))
+	s.parkWaiting = txt(fmt.Sprintf("UPDATE %s SET %s = $3%s WHERE %s AND %s = $2 RETURNING %s", t.Name, lu, keep, d.idsIn(id, 1), lu, id))
+	s.deleteWaiting = txt(fmt.Sprintf("DELETE FROM %s WHERE %s AND %s = $2 RETURNING %s", t.Name, d.idsIn(id, 1), lu, id))
+}
+
+// StrandedBatch is the most parents one sweep for stranded edges reads.
+const StrandedBatch = 100
+
+// unquote strips a quoted name's quotes (a Table's Name is quoted).
+func unquote(name string) string {
+	return strings.NewReplacer(`"`, "", "`", "").Replace(name)
+}
+
+// ids binds a list of ids as the statement's parameter 1 (see idsIn).
+func (s DepsSQL) ids(t text, ids []int64, args ...any) Call {
+	switch s.kind {
+	case MySQL:
+		c := Call{SQL: strings.Replace(t.sql, idsMark, idList(ids), -1)}
+		if len(t.order) > 0 {
+			c.Args = reorder(t.order, append([]any{nil}, args...))
+		}
+		return c
+	case SQLite:
+		b, _ := json.Marshal(ids) // integers always marshal
+		return t.call(append([]any{string(b)}, args...)...)
+	}
+	return t.call(append([]any{ids}, args...)...)
+}
+
+// call is t's Call, "" where the database has no such statement.
+func (s DepsSQL) maybe(t text, ids []int64, args ...any) Call {
+	if t.sql == "" {
+		return Call{}
+	}
+	return s.ids(t, ids, args...)
+}
+
+// ReadParents reads parents, locked so that none is acked before the
+// publish's transaction ends (Postgres FOR KEY SHARE, MySQL LOCK IN SHARE
+// MODE; SQLite has one writer). Returns id, parked (1 or 0), last error.
+func (s DepsSQL) ReadParents(parents []int64) Call {
+	return s.ids(s.readParents, parents, s.tm.Encode(Never))
+}
+
+// AddEdges writes child's edges under policy.
+func (s DepsSQL) AddEdges(child int64, policy int, edges []ParentEdge) Call {
+	switch s.kind {
+	case Postgres:
+		ps, sts := make([]int64, len(edges)), make([]int64, len(edges))
+		for i, e := range edges {
+			ps[i], sts[i] = e.Parent, int64(e.State)
+		}
+		return s.addEdges.call(child, policy, ps, sts)
+	case SQLite:
+		rs := make([][2]int64, len(edges))
+		for i, e := range edges {
+			rs[i] = [2]int64{e.Parent, int64(e.State)}
+		}
+		b, _ := json.Marshal(rs)
+		return s.addEdges.call(child, policy, string(b))
+	}
+	var b strings.Builder
+	b.WriteString(s.addEdges.sql)
+	for i, e := range edges {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "(%d, %d, %d, %d)", child, e.Parent, policy, e.State)
+	}
+	return Call{SQL: b.String()}
+}
+
+// Ready makes child available, if it still waits.
+func (s DepsSQL) Ready(child int64) Call { return s.ready.call(child, s.tm.Encode(Waiting)) }
+
+// ParkNow parks child with lastError (a publish whose parent is parked).
+func (s DepsSQL) ParkNow(child int64, lastError string) Call {
+	if !s.lastError {
+		return s.parkNow.call(child, s.tm.Encode(Never))
+	}
+	return s.parkNow.call(child, s.tm.Encode(Never), lastError)
+}
+
+// DeleteNow deletes child (a publish whose parent is parked).
+func (s DepsSQL) DeleteNow(child int64) Call { return s.deleteNow.call(child) }
+
+// ReleaseAll marks the edges of acked parents acked, deletes the edges of
+// acked children and makes the children no edge holds any more available,
+// in one statement that returns their ids (Postgres); SQL "" elsewhere:
+// there MarkAcked, DropChildren and Unblock do it.
+func (s DepsSQL) ReleaseAll(acked []int64) Call {
+	return s.maybe(s.releaseAll, acked, s.tm.Encode(Waiting))
+}
+
+// MarkAcked marks the pending edges of acked parents acked and returns
+// their children (on MySQL it reads them; MarkAckedThen marks).
+func (s DepsSQL) MarkAcked(acked []int64) Call { return s.ids(s.markAcked, acked) }
+
+// MarkAckedThen is MarkAcked's write on MySQL; SQL "" elsewhere.
+func (s DepsSQL) MarkAckedThen(acked []int64) Call { return s.maybe(s.markAckedThen, acked) }
+
+// DropChildren deletes the edges of children acked or deleted.
+func (s DepsSQL) DropChildren(children []int64) Call { return s.ids(s.dropChildren, children) }
+
+// Unblock makes the children that still wait and whose edges no longer
+// hold them available, and returns their ids (on MySQL it reads them;
+// UnblockThen writes).
+func (s DepsSQL) Unblock(children []int64) Call {
+	return s.ids(s.unblock, children, s.tm.Encode(Waiting))
+}
+
+// UnblockThen is Unblock's write on MySQL, of the ids Unblock read; SQL ""
+// elsewhere.
+func (s DepsSQL) UnblockThen(ready []int64) Call {
+	return s.maybe(s.unblockThen, ready, s.tm.Encode(Waiting))
+}
+
+// MarkFailed marks the pending edges of a parked parent failed and returns
+// their children with their policies (MySQL: reads them; MarkFailedThen
+// marks).
+func (s DepsSQL) MarkFailed(parent int64) Call { return s.markFailed.call(parent) }
+
+// MarkFailedThen is MarkFailed's write on MySQL; SQL "" elsewhere.
+func (s DepsSQL) MarkFailedThen(parent int64) Call {
+	if s.markFailedThen.sql == "" {
+		return Call{}
+	}
+	return s.markFailedThen.call(parent)
+}
+
+// ParkWaiting parks the children that still wait, with lastError, and
+// returns their ids (MySQL: reads them; ParkWaitingThen parks).
+func (s DepsSQL) ParkWaiting(children []int64, lastError string) Call {
+	return s.ids(s.parkWaiting, children, s.failArgs(lastError)...)
+}
+
+// ParkWaitingThen is ParkWaiting's write on MySQL; SQL "" elsewhere.
+func (s DepsSQL) ParkWaitingThen(children []int64, lastError string) Call {
+	return s.maybe(s.parkWaitingThen, children, s.failArgs(lastError)...)
+}
+
+func (s DepsSQL) failArgs(lastError string) []any {
+	args := []any{s.tm.Encode(Waiting), s.tm.Encode(Never)}
+	if s.lastError {
+		args = append(args, lastError)
+	}
+	return args
+}
+
+// DeleteWaiting deletes the children that still wait and returns their
+// ids (MySQL: reads them; DeleteWaitingThen deletes).
+func (s DepsSQL) DeleteWaiting(children []int64) Call {
+	return s.ids(s.deleteWaiting, children, s.tm.Encode(Waiting))
+}
+
+// DeleteWaitingThen is DeleteWaiting's write on MySQL; SQL "" elsewhere.
+func (s DepsSQL) DeleteWaitingThen(children []int64) Call {
+	return s.maybe(s.deleteWaitingThen, children, s.tm.Encode(Waiting))
+}
+
+// Count counts child's edges by state: rows of state, count.
+func (s DepsSQL) Count(child int64) Call { return s.count.call(child) }
+
+// Stranded reads up to StrandedBatch parents of pending edges that are
+// gone (acked, with their release lost to a crash) or parked: rows of
+// parent, gone (1 or 0), its last error.
+func (s DepsSQL) Stranded() Call { return s.stranded.call(s.tm.Encode(Never)) }

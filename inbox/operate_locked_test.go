@@ -88,3 +88,31 @@ func TestUnparkSkipsRowsInWork(t *testing.T) {
 		}
 	}
 }
+
+// A SQLite table may keep its leases as integer milliseconds and its
+// created_at as the text SQLite's own default writes: the operator reads
+// the oldest available row's age from that text, for rows written by plain
+// SQL.
+func TestOldestReadsTextCreatedBesideIntegerLeases(t *testing.T) {
+	b := open(t, inboxtest.SQLite(t))
+	ctx := context.Background()
+	if _, err := b.DB().ExecContext(ctx, `CREATE TABLE mixed_jobs (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		locked_until INTEGER,
+		payload BLOB NOT NULL,
+		created_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.DB().ExecContext(ctx, `INSERT INTO mixed_jobs (payload, created_at) VALUES (x'00', datetime('now', '-20 seconds')), (x'01', datetime('now'))`); err != nil {
+		t.Fatal(err)
+	}
+	ref := inbox.QueueRef{Table: "mixed_jobs", Roles: map[inbox.Role]string{inbox.RoleID: "id", inbox.RoleLockedUntil: "locked_until",
+		inbox.RolePayload: "payload", inbox.RoleCreatedAt: "created_at"}}
+	st, err := inbox.NewOperator(b).State(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if age := time.Since(st.Oldest); st.Available != 2 || age < 15*time.Second || age > 5*time.Minute {
+		t.Fatalf("state %+v: oldest row %v old, want 2 available and the oldest about 20s old", st, age)
+	}
+}

@@ -122,11 +122,9 @@ func (t Times) Decode(v any) (time.Time, bool, error) {
 	case []byte:
 		return t.Decode(string(x))
 	case string:
-		if t.Encoding == UnixMillis {
-			n, err := strconv.ParseInt(x, 10, 64)
-			if err != nil {
-				return time.Time{}, false, fmt.Errorf("timestamp %q is not integer milliseconds", x)
-			}
+		// A column other than locked_until (created_at) may keep text
+		// beside integer leases: read what it holds.
+		if n, err := strconv.ParseInt(x, 10, 64); err == nil {
 			return time.UnixMilli(n).UTC(), true, nil
 		}
 		for _, layout := range []string{TextLayout, "2006-01-02 15:04:05.999999999", "2006-01-02 15:04:05.999999999-07:00", time.RFC3339Nano, "2006-01-02 15:04:05", "2006-01-02T15:04:05"} {

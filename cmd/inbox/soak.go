@@ -38,8 +38,10 @@ type soakConfig struct {
 	// The limit mode (soaklimit.go): rows carry a tenant of keys, workers
 	// subscribe with inbox.Limit("tenant", limit), and a backend of a
 	// worker is terminated every terminateEvery.
-	limit, keys    int
-	limitOff       bool
+	limit, keys int
+	limitOff    bool
+	// The workflow mode (soakflow.go): "" or "diamonds".
+	workflow       string
 	terminateEvery time.Duration
 }
 
@@ -51,7 +53,7 @@ func soak(ctx context.Context, args []string) error {
 	fs.StringVar(&c.table, "table", "inbox_soak", "inbox table, or schema.table; the soak drops and recreates it and its _produced, _marks and _kills tables")
 	fs.IntVar(&c.processes, "processes", 4, "worker processes at once")
 	fs.IntVar(&c.workers, "workers", 8, "handlers at once in each worker process")
-	fs.Int64Var(&c.jobs, "jobs", 5000, "rows the producer writes, spread over the first four fifths of --seconds")
+	fs.Int64Var(&c.jobs, "jobs", 5000, "rows the producer writes (with --workflow diamonds, diamonds of four rows), spread over the first four fifths of --seconds")
 	fs.DurationVar(&c.killEvery, "kill-every", 5*time.Second, "SIGKILL a random worker process this often and start a fresh one; 0 kills none")
 	fs.BoolVar(&c.restartDB, "restart-db", false, "restart the database once, half way (SQLite: SIGKILL the producer inside a write transaction)")
 	fs.DurationVar(&c.seconds, "seconds", time.Minute, "how long the kills go on (a bare number is seconds); then the soak waits for the inbox to drain")
@@ -61,6 +63,7 @@ func soak(ctx context.Context, args []string) error {
 	fs.BoolVar(&c.tx, "tx", false, "workers use inbox.HandleTx and insert one sent row per handling in its transaction; the verdict asks for exactly one per row (on SQLite the handling's marks go in its transaction too)")
 	fs.BoolVar(&c.outside, "effect-outside-tx", false, "with --tx, the control: workers use inbox.Handle and insert the sent row after the handling, outside the ack's transaction, so sent_not_once counts the effects a kill repeated")
 	fs.IntVar(&c.limit, "limit", 0, "with n > 0, the limit mode: rows carry a tenant (half over the first tenth of --keys, half over the rest), the workers subscribe with inbox.Limit(\"tenant\", n), and the verdict asks that no more than n rows of a tenant were in work at once, with no attempt used by a row that waited on its limit")
+	fs.StringVar(&c.workflow, "workflow", "", "diamonds: the workflow mode: --jobs diamonds of four rows published through a broker in one transaction each, A, then B and C after A (inbox.After), then D after B and C; workers use inbox.HandleTx and record each ack in its transaction, and the verdict asks that every row was acked once and no step began before its parents' acks (needs migrations.ApplyDependencies, which the soak runs)")
 	fs.BoolVar(&c.limitOff, "limit-off", false, "with --limit, the control: the workers subscribe without the limit, so that key_overlaps counts what the limit prevents (the soak then fails)")
 	fs.IntVar(&c.keys, "keys", 50, "tenants of the rows in the limit mode (at least 1)")
 	fs.DurationVar(&c.terminateEvery, "terminate-every", 0, "terminate a server session of a worker's broker this often (Postgres: pg_terminate_backend; MariaDB: KILL), one in a statement or a transaction where there is one; 0 terminates none. Postgres and MariaDB/MySQL only")
@@ -88,6 +91,10 @@ func soak(ctx context.Context, args []string) error {
 		return fmt.Errorf("--seconds must be positive, --kill-every not negative, --lease at least 1s")
 	case c.limit < 0, c.limit > 0 && c.keys < 1, c.terminateEvery < 0:
 		return fmt.Errorf("--limit must not be negative, --keys at least 1 with a limit, --terminate-every not negative")
+	case c.workflow != "" && c.workflow != soakDiamonds:
+		return fmt.Errorf("--workflow %q: the soak knows %q", c.workflow, soakDiamonds)
+	case c.workflow != "" && (c.limit > 0 || c.tx || c.terminateEvery > 0):
+		return fmt.Errorf("--workflow is not soaked with --limit, --tx or --terminate-every (it handles with inbox.HandleTx itself)")
 	case c.limitOff && c.limit == 0:
 		return fmt.Errorf("--limit-off is the control of --limit: give both")
 	case c.limit > 0 && (c.tx || c.outside):
@@ -130,7 +137,11 @@ func soak(ctx context.Context, args []string) error {
 	if c.limit > 0 {
 		t.keys = c.keys
 	}
+	t.workflow = c.workflow != ""
 	if err := t.reset(ctx, db); err != nil {
+		return err
+	}
+	if err := prepareWorkflow(ctx, db, t, c.workflow); err != nil {
 		return err
 	}
 	if err := prepareLimit(ctx, db, t, c.limit); err != nil {
@@ -158,7 +169,7 @@ func soak(ctx context.Context, args []string) error {
 	if c.outside && !c.tx {
 		return fmt.Errorf("--effect-outside-tx is the control of --tx: give both")
 	}
-	if c.tx {
+	if c.tx || c.workflow != "" {
 		if err := makeSent(ctx, db, d, c.table); err != nil {
 			return err
 		}
@@ -234,7 +245,7 @@ func (r *soakRun) startWorker() error {
 	r.next++
 	p, err := r.start(r.next, os.Stderr, "soak-worker", "--db", r.c.url, "--table", r.c.table, "--form", r.c.form,
 		"--workers", strconv.Itoa(r.c.workers), "--lease", r.c.lease.String(), "--handle", r.c.handle.String(),
-		"--instance", strconv.Itoa(r.next), "--tx="+strconv.FormatBool(r.c.tx), "--effect-outside-tx="+strconv.FormatBool(r.c.outside),
+		"--instance", strconv.Itoa(r.next), "--tx="+strconv.FormatBool(r.c.tx || r.c.workflow != ""), "--effect-outside-tx="+strconv.FormatBool(r.c.outside),
 		"--limit", strconv.Itoa(r.c.limit), "--limit-off="+strconv.FormatBool(r.c.limitOff), "--marks-db", r.side.url, "--marks-table", r.side.table)
 	if err != nil {
 		return err
@@ -248,7 +259,7 @@ func (r *soakRun) startProducer() error {
 	if err != nil {
 		return err
 	}
-	args := []string{"soak-producer", "--db", r.side.url, "--table", r.side.table, "--jobs", strconv.FormatInt(r.c.jobs, 10), "--keys", strconv.Itoa(r.t.keys),
+	args := []string{"soak-producer", "--db", r.side.url, "--table", r.side.table, "--jobs", strconv.FormatInt(r.c.rows(), 10), "--keys", strconv.Itoa(r.t.keys), "--workflow", r.c.workflow,
 		"--start", strconv.FormatInt(r.begun.UnixMilli(), 10), "--over", (r.c.seconds * 4 / 5).String()}
 	if r.c.restartDB && r.d.Kind == dialect.SQLite {
 		args = append(args, "--pause-in-tx")
@@ -400,7 +411,7 @@ loop:
 			}
 			if p == r.producer {
 				if p.err == nil {
-					r.logf("producer wrote all %d rows", c.jobs)
+					r.logf("producer wrote all %d rows", c.rows())
 					r.producer = nil
 					break
 				}
@@ -484,7 +495,7 @@ loop:
 			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			cn, err := r.t.counts(qctx, r.db)
 			cancel()
-			if err == nil && cn.Produced == c.jobs && cn.Queued == 0 {
+			if err == nil && cn.Produced == c.rows() && cn.Queued == 0 {
 				finalCounts = cn
 				break loop
 			}
@@ -548,7 +559,7 @@ func (r *soakRun) progress(ctx context.Context) {
 		return
 	}
 	r.logf("produced=%d/%d handled=%d queued=%d handlings=%d kills=%d db_restarts=%d terminated=%d",
-		cn.Produced, r.c.jobs, cn.Handled, cn.Queued, cn.Handlings, r.kills, r.restarts, r.terminated.Load())
+		cn.Produced, r.c.rows(), cn.Handled, cn.Queued, cn.Handlings, r.kills, r.restarts, r.terminated.Load())
 }
 
 // verdict reads the verdict from the records, waiting for the database if it
@@ -606,6 +617,14 @@ func (r *soakRun) verdict(ctx context.Context) error {
 		line += more
 		why = append(why, failed...)
 	}
+	if c.workflow != "" {
+		more, failed, err := r.workflowVerdict(ctx)
+		if err != nil {
+			return fmt.Errorf("read the workflow's verdict: %w", err)
+		}
+		line += more
+		why = append(why, failed...)
+	}
 	fmt.Println(line)
 	if v.Lost > 0 {
 		why = append(why, fmt.Sprintf("%d rows lost", v.Lost))
@@ -613,8 +632,8 @@ func (r *soakRun) verdict(ctx context.Context) error {
 	if overlaps > 0 {
 		why = append(why, fmt.Sprintf("%d overlapping handlings", overlaps))
 	}
-	if v.Produced != c.jobs {
-		why = append(why, fmt.Sprintf("the producer wrote %d of %d rows", v.Produced, c.jobs))
+	if v.Produced != c.rows() {
+		why = append(why, fmt.Sprintf("the producer wrote %d of %d rows", v.Produced, c.rows()))
 	}
 	if v.Orphans > 0 {
 		why = append(why, fmt.Sprintf("%d handlings of rows the producer never recorded", v.Orphans))

@@ -24,6 +24,7 @@ import (
 type soakTables struct {
 	d                              *dialect.Dialect
 	keys                           int    // tenants of the rows, 0 for none (the limit mode)
+	workflow                       bool   // the table has edges (the workflow mode)
 	jobs, produced, marks, kills   string // as given, for messages
 	qJobs, qProduced, qMarks, qKil string // quoted
 	unstarted, qUnstarted          string // handlings told their hold ended before their start mark
@@ -48,8 +49,10 @@ func newSoakTables(d *dialect.Dialect, table string) (*soakTables, error) {
 // reads clock_timestamp() and MariaDB SYSDATE(6) (the moment of the
 // statement, not of its transaction); SQLite's 'now' is kept to the
 // millisecond.
-func (t *soakTables) nowUS() string {
-	switch t.d.Kind {
+func (t *soakTables) nowUS() string { return nowUSOf(t.d) }
+
+func nowUSOf(d *dialect.Dialect) string {
+	switch d.Kind {
 	case dialect.Postgres:
 		return "(extract(epoch from clock_timestamp()) * 1000000)::bigint"
 	case dialect.MySQL:
@@ -66,6 +69,9 @@ func (t *soakTables) reset(ctx context.Context, db *sql.DB) error {
 				return fmt.Errorf("create schema %s: %w", schema, err)
 			}
 		}
+	}
+	if err := t.dropEdges(ctx, db); err != nil {
+		return err
 	}
 	for _, q := range []string{t.qJobs, t.qProduced, t.qMarks, t.qKil, t.qUnstarted} {
 		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+q); err != nil {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
@@ -19,13 +20,16 @@ import (
 func sentTable(table string) string { return table + "_sent" }
 
 // makeSent makes the sent table afresh: no unique index, so an effect
-// committed twice would show.
+// committed twice would show; an index on seq, so that the verdict's
+// lookups by row do not scan it.
 func makeSent(ctx context.Context, db *sql.DB, d *dialect.Dialect, table string) error {
 	q := d.Quote(sentTable(table))
 	if err := dialect.CheckTableName(sentTable(table)); err != nil {
 		return fmt.Errorf("--table: %w", err)
 	}
-	for _, s := range []string{"DROP TABLE IF EXISTS " + q, "CREATE TABLE " + q + " (seq bigint NOT NULL)"} {
+	bare := sentTable(table)[strings.LastIndex(sentTable(table), ".")+1:]
+	for _, s := range []string{"DROP TABLE IF EXISTS " + q, "CREATE TABLE " + q + " (seq bigint NOT NULL, at_us bigint NOT NULL)",
+		"CREATE INDEX " + d.Quote(bare+"_seq") + " ON " + q + " (seq)"} {
 		if _, err := db.ExecContext(ctx, s); err != nil {
 			return fmt.Errorf("make the sent table: %w", err)
 		}
@@ -33,9 +37,11 @@ func makeSent(ctx context.Context, db *sql.DB, d *dialect.Dialect, table string)
 	return nil
 }
 
-// insertSent is the effect of a handling: $1 the row's sequence number.
+// insertSent is the effect of a handling: $1 the row's sequence number,
+// with the database's clock (the workflow mode reads it as the time of the
+// row's ack, which commits with it).
 func insertSent(d *dialect.Dialect, table string) string {
-	return d.Rebind("INSERT INTO " + d.Quote(sentTable(table)) + " (seq) VALUES ($1)")
+	return d.Rebind("INSERT INTO " + d.Quote(sentTable(table)) + " (seq, at_us) VALUES ($1, " + nowUSOf(d) + ")")
 }
 
 // sentNotOnce counts the produced rows without exactly one sent row.

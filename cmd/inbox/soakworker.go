@@ -217,6 +217,7 @@ func soakProducer(ctx context.Context, args []string) error {
 	over := fs.Duration("over", time.Minute, "span over which rows are spread")
 	pause := fs.Bool("pause-in-tx", false, "on a line on stdin, hold the next transaction open and say so on stdout")
 	keys := fs.Int("keys", 0, "tenants of the rows (the limit mode); 0: the table has no tenant column")
+	workflow := fs.String("workflow", "", "diamonds: publish diamonds of four rows through a broker (--jobs counts rows, a multiple of four)")
 	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
 	}
@@ -231,6 +232,13 @@ func soakProducer(ctx context.Context, args []string) error {
 		return err
 	}
 	t.keys = *keys
+	var diamonds *diamondProducer
+	if *workflow != "" {
+		if diamonds, err = newDiamondProducer(*url, *table); err != nil {
+			return err
+		}
+		defer diamonds.b.Close()
+	}
 	// A line on stdin asks for the next transaction to be held open and
 	// announced, so that the soak can kill the producer inside it.
 	holdNext := make(chan struct{}, 1)
@@ -263,7 +271,11 @@ func soakProducer(ctx context.Context, args []string) error {
 			if el := time.Since(begun); el < *over {
 				target = min(*jobs, int64(float64(*jobs)*el.Seconds()/over.Seconds())+1)
 			}
-			if n := min(target, have+500); n > have {
+			n := min(target, have+500)
+			if diamonds != nil {
+				n = min(target, have+100) / 4 * 4 // whole diamonds
+			}
+			if n > have {
 				hold := false
 				if *pause {
 					select {
@@ -272,7 +284,11 @@ func soakProducer(ctx context.Context, args []string) error {
 					default:
 					}
 				}
-				err = produceBatch(ctx, db, produce, record, have+1, n, hold)
+				if diamonds != nil {
+					err = diamonds.publish(ctx, record, have+1, n, hold)
+				} else {
+					err = produceBatch(ctx, db, produce, record, have+1, n, hold)
+				}
 				if err == nil {
 					have, failures = n, 0
 				}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
@@ -92,14 +91,7 @@ func (p *diamondProducer) publish(ctx context.Context, record string, from, to i
 			return err
 		}
 	}
-	if hold {
-		fmt.Println("in-tx")
-		time.Sleep(5 * time.Second) // the soak kills the producer here
-	}
-	if _, err := tx.ExecContext(ctx, record, from, to); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return commitBatch(ctx, tx, record, from, to, hold)
 }
 
 // workflowVerdict is the workflow mode's part of the verdict: the fields it

@@ -323,6 +323,13 @@ func produceBatch(ctx context.Context, db *sql.DB, produce, record string, from,
 	if _, err := tx.ExecContext(ctx, produce, from, to); err != nil {
 		return err
 	}
+	return commitBatch(ctx, tx, record, from, to, hold)
+}
+
+// commitBatch records rows from..to as produced and commits the batch's
+// transaction; with hold it first says so on stdout and holds the
+// transaction open, for the soak to kill the producer there.
+func commitBatch(ctx context.Context, tx *sql.Tx, record string, from, to int64, hold bool) error {
 	if hold {
 		fmt.Println("in-tx")
 		time.Sleep(5 * time.Second) // the soak kills the producer here

@@ -1,6 +1,7 @@
 package dialect
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -271,6 +272,15 @@ SELECT pg_notify(%s, '') FROM (SELECT DISTINCT key_value FROM freed) f
 WHERE (SELECT COUNT(*) FROM %s c WHERE c.limit_name = $1 AND c.key_value = f.key_value AND c.holder <> '') >= %d`,
 			upd, quoteLiteral(s.notify), LimitTable, max), Args: args}
 	}
+	if s.kind == SQLite {
+		// One text whatever the number of slots (a list of ORs was a new
+		// text, prepared anew, for every size of batch), each slot looked
+		// up on the primary key from a JSON array of [key, slot, fence].
+		list, _ := json.Marshal(slotTriples(held))
+		return Call{SQL: "UPDATE " + LimitTable + ` SET holder = '', expires_at = ?1 WHERE limit_name = ?2 AND holder = ?3
+AND (key_value, slot, fence) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(?4))`,
+			Args: []any{now.UnixMicro(), name, holder, string(list)}}
+	}
 	var b strings.Builder
 	args := []any{now.UnixMicro(), name, holder}
 	n := 4
@@ -284,6 +294,15 @@ WHERE (SELECT COUNT(*) FROM %s c WHERE c.limit_name = $1 AND c.key_value = f.key
 	}
 	return Call{SQL: "UPDATE " + LimitTable + " SET holder = '', expires_at = " + s.param(1) + " WHERE limit_name = " + s.param(2) +
 		" AND holder = " + s.param(3) + " AND (" + b.String() + ")", Args: args}
+}
+
+// slotTriples is held as [key, slot, fence] triples, for a JSON array.
+func slotTriples(held []SlotHeld) [][3]any {
+	out := make([][3]any, len(held))
+	for i, h := range held {
+		out[i] = [3]any{h.Key, h.Slot, h.Fence}
+	}
+	return out
 }
 
 // Notifies says Free returns rows (it notifies), to be read or discarded.

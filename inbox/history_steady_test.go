@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -17,8 +18,9 @@ import (
 // second and handled as they come, first without a history (the claims'
 // baseline), then with History(30s): the history's rows, sampled every
 // five seconds, stay at the retention's (150,000 rows) and at most one
-// prune interval more, and claims are timed in both phases. Opt-in, it
-// runs for minutes:
+// prune interval more, and claims are timed in both phases (and minute by
+// minute, to show a drift). Opt-in, it runs for minutes;
+// SQLINBOX_HISTORY_STEADY_DB=sqlite runs it on a SQLite file instead:
 //
 //	SQLINBOX_HISTORY_STEADY=2m go test -run TestHistorySteadyPrune -v ./inbox
 func TestHistorySteadyPrune(t *testing.T) {
@@ -26,7 +28,10 @@ func TestHistorySteadyPrune(t *testing.T) {
 	if err != nil {
 		t.Skip("set SQLINBOX_HISTORY_STEADY to the history phase's length (2m) to run it")
 	}
-	url := inboxtest.Postgres(t)
+	url := "sqlite://" + filepath.Join(t.TempDir(), "steady.db")
+	if os.Getenv("SQLINBOX_HISTORY_STEADY_DB") != "sqlite" {
+		url = inboxtest.Postgres(t)
+	}
 	ctx := context.Background()
 	b := open(t, url)
 	const retention, rate = 30 * time.Second, 5000
@@ -37,6 +42,9 @@ func TestHistorySteadyPrune(t *testing.T) {
 	hist := steadyPhase(t, b, phase, retention)
 	t.Logf("claims without a history: %s", base.claims)
 	t.Logf("claims with History(%v) and its prune: %s", retention, hist.claims)
+	for i, m := range hist.minutes {
+		t.Logf("claims in minute %d: %s", i+1, m)
+	}
 	t.Logf("history rows every 5 s: %v", hist.sizes)
 	// The retention's rows, a prune interval's (a tenth of it) more, and
 	// a fifth for slack.
@@ -55,9 +63,10 @@ func TestHistorySteadyPrune(t *testing.T) {
 }
 
 type steadyResult struct {
-	claims durations
-	sizes  []int64
-	acked  int64
+	claims  durations
+	minutes []durations // the phase's claims minute by minute
+	sizes   []int64
+	acked   int64
 }
 
 type durations struct{ p50, p99, max time.Duration }
@@ -73,11 +82,19 @@ func steadyPhase(t *testing.T, b *inbox.Broker, d, retention time.Duration) stea
 	ctx := context.Background()
 	var mu sync.Mutex
 	var claims []time.Duration
+	var byMinute [][]time.Duration
+	start := time.Now()
 	svc := inbox.NewService("steady", "0", b)
 	svc.Signals = false
 	svc.AddHooks(inbox.Hooks{Claimed: func(_ *inbox.Subscription, c inbox.ClaimEvent) {
 		mu.Lock()
-		claims = append(claims, c.End.Sub(c.Start))
+		took := c.End.Sub(c.Start)
+		claims = append(claims, took)
+		m := int(time.Since(start) / time.Minute)
+		for len(byMinute) <= m {
+			byMinute = append(byMinute, nil)
+		}
+		byMinute[m] = append(byMinute[m], took)
 		mu.Unlock()
 	}})
 	opts := []inbox.SubOption{inbox.Workers(32)}
@@ -128,9 +145,18 @@ loop:
 	res.acked = sub.Stats().Acked
 	mu.Lock()
 	defer mu.Unlock()
-	slices.Sort(claims)
-	if len(claims) > 0 {
-		res.claims = durations{claims[len(claims)/2], claims[len(claims)*99/100], claims[len(claims)-1]}
+	res.claims = percentiles(claims)
+	for _, m := range byMinute {
+		res.minutes = append(res.minutes, percentiles(m))
 	}
 	return res
+}
+
+// percentiles sorts ds and reads its p50, p99 and max.
+func percentiles(ds []time.Duration) durations {
+	if len(ds) == 0 {
+		return durations{}
+	}
+	slices.Sort(ds)
+	return durations{ds[len(ds)/2], ds[len(ds)*99/100], ds[len(ds)-1]}
 }

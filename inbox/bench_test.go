@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,6 +30,10 @@ var benchForms = []struct {
 // workers, so ns/op is the time per job and allocs/op the allocations per
 // job, the broker's start amortized. The rows are written by plain SQL
 // before the timer starts.
+//
+// cpu-us/job is this process's CPU (user and system) a job: on SQLite, in
+// the process, it ranks two builds where other work on the machine makes
+// jobs/s swing.
 //
 // lease+history is the lease form with inbox.History: each ack moves its
 // row into bench_jobs_history.
@@ -69,7 +74,9 @@ func BenchmarkClaimHandleAck(b *testing.B) {
 				tr := benchkit.NewTracker(first, b.N)
 				b.ReportAllocs()
 				b.ResetTimer()
+				cpu := processCPU()
 				res, err := benchkit.Drain(ctx, cfg, tr)
+				cpu = processCPU() - cpu
 				b.StopTimer()
 				if err != nil {
 					b.Fatal(err)
@@ -78,8 +85,18 @@ func BenchmarkClaimHandleAck(b *testing.B) {
 					b.Fatalf("duplicates=%d lost=%d", d, l)
 				}
 				b.ReportMetric(res.JobsPerSec, "jobs/s")
+				b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(b.N), "cpu-us/job")
 				b.ReportMetric(float64(b.N)/float64(max(res.Claims, 1)), "jobs/claim")
 			})
 		}
 	}
+}
+
+// processCPU is the CPU time (user and system) the process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

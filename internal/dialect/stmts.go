@@ -77,6 +77,55 @@ func (s *Stmts) ExecContext(ctx context.Context, query string, args ...any) (sql
 	return st.ExecContext(ctx, args...)
 }
 
+// Ready prepares queries ahead of a transaction that runs them (In): inside
+// it, a pool whose last free connection the transaction holds could not
+// prepare them.
+func (s *Stmts) Ready(ctx context.Context, queries ...string) error {
+	for _, q := range queries {
+		if _, err := s.stmt(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// In runs statements in tx: those the cache holds (see Ready) through
+// their prepared statements, which database/sql keeps on each connection
+// they ran on, and any other as its text.
+func (s *Stmts) In(tx *sql.Tx) TxStmts { return TxStmts{s: s, tx: tx} }
+
+// TxStmts is Stmts in a transaction (Stmts.In).
+type TxStmts struct {
+	s  *Stmts
+	tx *sql.Tx
+}
+
+// prepared is the cache's statement of query, nil when it holds none.
+func (t TxStmts) prepared(query string) *sql.Stmt {
+	if !t.s.prepare {
+		return nil
+	}
+	t.s.mu.Lock()
+	defer t.s.mu.Unlock()
+	return t.s.byText[query]
+}
+
+// ExecContext is tx.ExecContext through the cache.
+func (t TxStmts) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if st := t.prepared(query); st != nil {
+		return t.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	}
+	return t.tx.ExecContext(ctx, query, args...)
+}
+
+// QueryContext is tx.QueryContext through the cache.
+func (t TxStmts) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if st := t.prepared(query); st != nil {
+		return t.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	}
+	return t.tx.QueryContext(ctx, query, args...)
+}
+
 // Close closes every statement prepared; later calls send the text as it is.
 func (s *Stmts) Close() error {
 	s.mu.Lock()

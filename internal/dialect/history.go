@@ -121,7 +121,11 @@ func (w historyTable) move(fenced bool) MoveSQL {
 		}
 		s.copy = fmt.Sprintf("%s SELECT %s, ?2, ?3, json_extract(a.value, '$[2]') FROM json_each(?1) AS a JOIN %s AS t ON %s",
 			w.into(), w.of("t"), t.Name, on)
-		s.del = fmt.Sprintf("DELETE FROM %s WHERE %s IN (SELECT t.%s FROM json_each(?1) AS a JOIN %s AS t ON %s)", t.Name, t.ID, t.ID, t.Name, on)
+		// ?1 a JSON array of the ids. The copy, fenced, counted every row
+		// in this transaction, which holds SQLite's one write lock: no
+		// lease changed since, and the ids alone name the same rows, with
+		// no second fenced join (a tenth of a move's CPU).
+		s.del = fmt.Sprintf("DELETE FROM %s WHERE %s IN (SELECT value FROM json_each(?1))", t.Name, t.ID)
 	default:
 		// Written out at the call (see mysqlCalls).
 		s.copy = strings.ReplaceAll(w.into(), "%", "%%") + " SELECT " + w.of("t") + ", ?, ?, %s FROM " + t.Name + " AS t WHERE "
@@ -162,7 +166,16 @@ func (s MoveSQL) Call(rows []Fenced, now time.Time, instance string) []Call {
 			rs[i] = [3]any{r.ID, s.tm.Encode(r.Lease), r.Took.Microseconds()}
 		}
 		b, _ := json.Marshal(rs) // ids, times and integers always marshal
-		return []Call{{SQL: s.copy, Args: []any{string(b), at, instance}}, {SQL: s.del, Args: []any{string(b)}}}
+		ids := make([]byte, 0, 2+len(rows)*8)
+		ids = append(ids, '[')
+		for i, r := range rows {
+			if i > 0 {
+				ids = append(ids, ',')
+			}
+			ids = strconv.AppendInt(ids, r.ID, 10)
+		}
+		ids = append(ids, ']')
+		return []Call{{SQL: s.copy, Args: []any{string(b), at, instance}}, {SQL: s.del, Args: []any{string(ids)}}}
 	}
 	return s.mysqlCalls(rows, at, instance)
 }

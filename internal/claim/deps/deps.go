@@ -6,7 +6,8 @@
 // available; after a park has committed, the parent's policy is applied to
 // its children (parked too, recursively; run; deleted). A release lost to
 // a crash between an ack's commit and its release is found by Sweep: the
-// edges still pending whose parent is gone or parked.
+// edges still pending whose parent is gone or parked, and the rows still
+// waiting that no edge holds.
 //
 // Why no lock is needed: each release's check runs after its own parent's
 // ack (or park mark) committed, so of two parents settled at once the
@@ -315,7 +316,26 @@ func (r *Releaser) sweep(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return r.sweepUnheld(ctx)
+}
+
+// sweepUnheld releases the children left waiting after their edges were
+// marked: a release is several statements on SQLite and MariaDB, and a
+// kill between the mark and the release leaves no edge pending.
+func (r *Releaser) sweepUnheld(ctx context.Context) error {
+	ids, err := r.readIDs(ctx, r.cfg.SQL.Unheld())
+	if err != nil || len(ids) == 0 {
+		return err
+	}
+	if err := r.cfg.Writer.Lock(ctx); err != nil {
+		return err
+	}
+	ready, err := r.unblock(ctx, ids)
+	r.cfg.Writer.Unlock()
+	if len(ready) > 0 && r.cfg.Released != nil {
+		r.cfg.Released()
+	}
+	return err
 }
 
 func (r *Releaser) exec(ctx context.Context, c dialect.Call) error {

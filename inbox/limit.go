@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/sqlinbox/sqlinbox/internal/claim/contract"
 	"github.com/sqlinbox/sqlinbox/internal/claim/slots"
@@ -16,6 +17,15 @@ type limitConfig struct {
 	name   string // "" until Subscribe names it after the table
 	column string
 	max    int
+	per    time.Duration // a rate's window (Rate); 0 for a limit
+}
+
+// kind names the option that set l, for messages.
+func (l *limitConfig) kind() string {
+	if l.per > 0 {
+		return "Rate"
+	}
+	return "Limit"
 }
 
 // Limit caps the rows with the same value in column that are in work at
@@ -64,6 +74,9 @@ func SharedLimit(name, column string, n int) SubOption {
 				return fmt.Errorf("inbox: %w: SharedLimit(%q, %q, %d): %v", ErrInvalid, name, column, n, err)
 			}
 		}
+		if c.limit != nil && c.limit.per > 0 {
+			return fmt.Errorf("inbox: %w: Limit(%q, %d) with Rate(%q, ...) on one subscription: a limit and a rate are not served together yet; use one of them", ErrInvalid, column, n, c.limit.column)
+		}
 		c.limit = &limitConfig{name: name, column: column, max: n}
 		return nil
 	}
@@ -83,9 +96,9 @@ type LimitSlot struct {
 }
 
 // Limit returns the subscription's limit per key: its column and n, zero
-// values without one.
+// values without one (and with a Rate: see Subscription.Rate).
 func (s *Subscription) Limit() (column string, n int) {
-	if l := s.cfg.limit; l != nil {
+	if l := s.cfg.limit; l != nil && l.per == 0 {
 		return l.column, l.max
 	}
 	return "", 0
@@ -107,35 +120,39 @@ func (s *Subscription) checkLimit(ctx context.Context, t *dialect.Table) error {
 	d := s.b.d
 	cols, err := d.Columns(ctx, s.b.db, s.table)
 	if err != nil {
-		return fmt.Errorf("inbox: subscription %q: limit on column %q: %w", s.cfg.name, l.column, err)
+		return fmt.Errorf("inbox: subscription %q: %s on column %q: %w", s.cfg.name, l.kind(), l.column, err)
 	}
 	if !slices.ContainsFunc(cols, func(c dialect.Column) bool { return c.Name == l.column }) {
 		return tableError(s.table, []TableProblem{{Column: l.column,
-			Problem: fmt.Sprintf("does not exist, and subscription %q limits rows in work per value of it (inbox.Limit)", s.cfg.name),
+			Problem: fmt.Sprintf("does not exist, and subscription %q limits rows per value of it (inbox.%s)", s.cfg.name, l.kind()),
 			Fix:     fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s TEXT (or limit a column the table has)", d.Quote(s.table), d.Quote(l.column))}})
 	}
 	q := d.Slots("").Probe()
 	var n int
 	if err := s.b.db.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&n); err != nil {
-		return fmt.Errorf("inbox: subscription %q: limit on column %q: the slot table %s cannot be read (create it with migrations.ApplyLimits(ctx, db)): %w", s.cfg.name, l.column, dialect.LimitTable, err)
+		return fmt.Errorf("inbox: subscription %q: %s on column %q: the slot table %s cannot be read (create it with migrations.ApplyLimits(ctx, db)): %w", s.cfg.name, l.kind(), l.column, dialect.LimitTable, err)
 	}
 	name := s.limitName()
 	if l.name == "" {
 		if err := dialect.ValidLimitName(name); err != nil {
-			return fmt.Errorf("inbox: subscription %q: %w: Limit(%q, %d): %v; name the limit with SharedLimit", s.cfg.name, ErrInvalid, l.column, l.max, err)
+			return fmt.Errorf("inbox: subscription %q: %w: %s(%q, %d): %v; name it with Shared%s", s.cfg.name, ErrInvalid, l.kind(), l.column, l.max, err, l.kind())
 		}
 	}
-	t.Limit = dialect.Limit{Name: name, Key: d.Quote(l.column), Max: l.max}
+	t.Limit = dialect.Limit{Name: name, Key: d.Quote(l.column), Max: l.max, Per: l.per}
 	return nil
 }
 
-// limitName is the name of the subscription's limit: SharedLimit's, or
-// "table:column".
+// limitName is the name of the subscription's limit: SharedLimit's (or
+// SharedRate's), or "table:column" ("table:column:rate" for a Rate).
 func (s *Subscription) limitName() string {
-	if l := s.cfg.limit; l.name != "" {
+	l := s.cfg.limit
+	switch {
+	case l.name != "":
 		return l.name
+	case l.per > 0:
+		return s.table + ":" + l.column + ":rate"
 	}
-	return s.table + ":" + s.cfg.limit.column
+	return s.table + ":" + l.column
 }
 
 // LimitSpec is a subscription's limit per key as the registry records it
@@ -181,12 +198,16 @@ func (s *Subscription) limitClaims() engine.ClaimMiddleware {
 	return func(ctx context.Context, max int, next engine.ClaimFunc) ([]*contract.Job, error) {
 		l.BeforeClaim(ctx)
 		jobs, err := next(ctx, max)
-		if len(jobs) == 0 {
-			return jobs, err
+		out := jobs
+		if len(jobs) > 0 {
+			var terr error
+			out, terr = l.Take(ctx, jobs)
+			if err == nil && terr != nil {
+				err = fmt.Errorf("inbox: subscription %q: %w", s.cfg.name, terr)
+			}
 		}
-		out, terr := l.Take(ctx, jobs)
-		if err == nil && terr != nil {
-			err = fmt.Errorf("inbox: subscription %q: %w", s.cfg.name, terr)
+		if err == nil {
+			l.AfterClaim(ctx, len(out), len(jobs)-len(out), max)
 		}
 		return out, err
 	}

@@ -226,7 +226,7 @@ func (s *Subscription) WaitIdle(ctx context.Context) error { return s.idle.Wait(
 //		Failed   int64 // settlements that failed (the row comes back after its lease)
 //		Canceled int64 // rows canceled by an operator while in work, parked or deleted
 //		// LimitRefused counts rows a claim took whose key value had no slot
-//		// of its Limit left when they asked (claimers racing for the last
+//		// of its Limit or Rate left when they asked (claimers racing for the last
 //		// slot): given back unstarted, their attempt returned. Rows of a
 //		// value whose slots were taken before the claim are not taken at all.
 //		LimitRefused int64
@@ -284,7 +284,7 @@ func Subscribe[T any](b *Broker, q Queue[T], h Handler[T], opts ...SubOption) (*
 	if cfg.fairBy != "" && cfg.limit != nil {
 		// The probe for the next value would meet values whose slots are all
 		// held and claim nothing from them: not served yet.
-		return nil, fmt.Errorf("inbox: subscription %q: %w: FairBy(%q) with a Limit on %q: the two are not served together yet; use one of them", cfg.name, ErrInvalid, cfg.fairBy, cfg.limit.column)
+		return nil, fmt.Errorf("inbox: subscription %q: %w: FairBy(%q) with a %s on %q: the two are not served together yet; use one of them", cfg.name, ErrInvalid, cfg.fairBy, cfg.limit.kind(), cfg.limit.column)
 	}
 	if cfg.fairBy != "" && q.group != "" {
 		return nil, fmt.Errorf("inbox: subscription %q: %w: FairBy(%q) on a queue of group %q: its rows share one group already; subscribe to the whole table (no Group) to share claims between its values", cfg.name, ErrInvalid, cfg.fairBy, q.group)
@@ -384,7 +384,7 @@ func (s *Subscription) beat(ctx context.Context) func() {
 	beat, stop := context.WithCancel(context.WithoutCancel(ctx))
 	beating := make(chan struct{})
 	go func() { defer close(beating); s.limiter.Heartbeat(beat) }()
-	return func() { stop(); <-beating; s.limiter.Wait() }
+	return func() { stop(); <-beating; s.limiter.Stop(); s.limiter.Wait() }
 }
 
 // start checks the table (once), subscribes to wakes and makes the

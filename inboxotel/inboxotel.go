@@ -19,7 +19,7 @@
 //	inbox.workers.busy        gauge of rows claimed and not yet settled, by queue
 //	inbox.workers.total       gauge of workers, by queue
 //	inbox.limit.refused       counter of rows given back unstarted because another claimer took
-//	                          their key's last slot first, by queue (queues with inbox.Limit)
+//	                          their key's last slot first, by queue (queues with inbox.Limit or inbox.Rate)
 //	inbox.limit.waiting       gauge of rows waiting on their key's inbox.Limit (available, its
 //	                          slots all held), by queue, read at collection
 //
@@ -326,7 +326,7 @@ func (in *instruments) gauges(m metric.Meter, svc *inbox.Service, subs []*inbox.
 	if err != nil {
 		return nil, err
 	}
-	refused, err := m.Int64ObservableCounter("inbox.limit.refused", metric.WithDescription("Rows a claim took and gave back unstarted because another claimer took their key's last slot of its Limit first, by queue (subscriptions with a Limit only; rows whose key's slots were all held before the claim are not taken at all)."))
+	refused, err := m.Int64ObservableCounter("inbox.limit.refused", metric.WithDescription("Rows a claim took and gave back unstarted because another claimer took their key's last slot of its Limit or Rate first, by queue (subscriptions with a Limit or a Rate only; rows whose key's slots were all held before the claim are not taken at all)."))
 	if err != nil {
 		return nil, err
 	}
@@ -357,7 +357,9 @@ func (in *instruments) gauges(m metric.Meter, svc *inbox.Service, subs []*inbox.
 			workers[q] += int64(s.Workers())
 			busyBy[q] += in.busy[s].Load()
 			refs[q] = s.Queue()
-			if _, n := s.Limit(); n > 0 {
+			_, n := s.Limit()
+			_, r, _ := s.Rate()
+			if n > 0 || r > 0 {
 				refusedBy[q] += s.Stats().LimitRefused
 			}
 		}

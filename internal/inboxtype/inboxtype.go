@@ -94,7 +94,7 @@ type Stats struct {
 	Failed   int64 // settlements that failed (the row comes back after its lease)
 	Canceled int64 // rows canceled by an operator while in work, parked or deleted
 	// LimitRefused counts rows a claim took whose key value had no slot
-	// of its Limit left when they asked (claimers racing for the last
+	// of its Limit or Rate left when they asked (claimers racing for the last
 	// slot): given back unstarted, their attempt returned. Rows of a
 	// value whose slots were taken before the claim are not taken at all.
 	LimitRefused int64

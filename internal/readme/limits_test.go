@@ -84,3 +84,57 @@ func TestRenderLimit(t *testing.T) {
 		}
 	}
 }
+
+// ChargeJob is a row of charge_jobs, the rate sample's table.
+type ChargeJob struct {
+	ID          int64      `db:"id" inbox:"id,generated"`
+	LockedUntil *time.Time `db:"locked_until" inbox:"locked_until"`
+	Payload     []byte     `db:"payload" inbox:"payload"`
+	Attempts    int        `db:"attempts" inbox:"attempts"`
+	AccountID   string     `db:"account_id"`
+}
+
+// docs/flow-control.md, "Rates per key".
+func subscribeCharges(b *inbox.Broker, charge func(ctx context.Context, job ChargeJob) error) (*inbox.Subscription, error) {
+	charges := inbox.MustQueue[ChargeJob]("charge_jobs")
+	return inbox.Subscribe(b, charges, charge, inbox.Workers(8), inbox.Rate("account_id", 100, time.Minute))
+}
+
+// The rate sample: 6 charges of 2 accounts, well within 100 a minute, all
+// start, each holding a slot of its account.
+func TestChargeRate(t *testing.T) {
+	ctx := context.Background()
+	url := inboxtest.SQLite(t)
+	db := inboxtest.Open(t, url)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE charge_jobs (id INTEGER PRIMARY KEY, locked_until INTEGER, payload BLOB NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0, account_id TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.ApplyLimits(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		if _, err := db.ExecContext(ctx, "INSERT INTO charge_jobs (payload, account_id) VALUES ('p', ?)", []string{"a", "b"}[i%2]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan struct{}, 6)
+	sub, err := subscribeCharges(inboxtest.NewBroker(t, url), func(ctx context.Context, job ChargeJob) error {
+		if s, ok := inbox.SlotFrom(ctx); !ok || s.Key != job.AccountID {
+			t.Errorf("charge %d of account %s holds slot %+v", job.ID, job.AccountID, s)
+		}
+		done <- struct{}{}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inboxtest.RunSubscription(t, sub)
+	for i := range 6 {
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of 6 charges within 30s", i)
+		}
+	}
+}

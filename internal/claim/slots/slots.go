@@ -7,7 +7,8 @@
 // extends while the process lives) and is deleted once the row is settled.
 // The claim statements themselves pass over the rows of a key value whose
 // slots are all taken (dialect.Table.Limit), so a saturated key costs no
-// claim, no attempt and no give-back.
+// claim, no attempt and no give-back. A rate (inbox.Rate) is a limit whose
+// slots last a window from their take, settled or not (rate.go).
 package slots
 
 import (
@@ -76,6 +77,7 @@ type Limiter struct {
 	held    int // slots held, for the heartbeat
 	refused atomic.Int64
 	freeing sync.WaitGroup // frees queued and not yet flushed
+	next    nextWake       // a rate's wake at its next expiry (rate.go)
 }
 
 // Wait waits for the frees queued so far to be flushed: a subscription's
@@ -131,7 +133,7 @@ const pruneEvery = time.Minute
 func (l *Limiter) BeforeClaim(ctx context.Context) {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
-	due := now.Sub(l.swept) >= l.cfg.Sweep
+	due := now.Sub(l.swept) >= l.cfg.Sweep || l.rate()
 	if due {
 		l.swept = now
 	}
@@ -141,7 +143,7 @@ func (l *Limiter) BeforeClaim(ctx context.Context) {
 	}
 	l.mu.Unlock()
 	if due {
-		if err := l.exec(ctx, l.cfg.SQL.Sweep(l.cfg.Limit.Name, now)); err != nil && ctx.Err() == nil {
+		if err := l.exec(ctx, l.cfg.SQL.Sweep(l.cfg.Limit.Name, now)); err != nil && ctx.Err() == nil && !(l.rate() && l.again(err, 1)) {
 			l.cfg.Log.Warn("inbox: could not free the expired slots of a limit; they are freed at the next claim a poll later", "limit", l.cfg.Limit.Name, "table", l.cfg.Table, "err", err)
 		}
 	}
@@ -297,6 +299,9 @@ func (l *Limiter) take(ctx context.Context, jobs []*contract.Job) (map[int64]dia
 // expires is when the slot of a job taken at now ends: with its lease, or
 // a TTL from now.
 func (l *Limiter) expires(j *contract.Job, now time.Time) time.Time {
+	if l.rate() {
+		return now.Add(l.cfg.Limit.Per)
+	}
 	if l.cfg.HoldExpires && !j.Lease.IsZero() {
 		return j.Lease
 	}
@@ -415,7 +420,7 @@ func (l *Limiter) flushFree(batch []dialect.SlotHeld, errs []error) {
 // the form's hold does not expire by itself (see Config.HoldExpires). A
 // holder that dies leaves its slots to end a TTL after its last beat.
 func (l *Limiter) Heartbeat(ctx context.Context) {
-	if l.cfg.HoldExpires {
+	if l.cfg.HoldExpires || l.rate() {
 		return
 	}
 	every := l.cfg.TTL / 3
@@ -440,6 +445,7 @@ func (l *Limiter) Heartbeat(ctx context.Context) {
 // once the row is settled, and keeps the optional interfaces of s.
 func (l *Limiter) wrap(s contract.Settler, h dialect.SlotHeld) contract.Settler {
 	w := &slotted{Settler: s, l: l, h: h}
+	w.freed.Store(l.rate()) // a rate's slot lasts its window, settled or not
 	_, async := s.(contract.AsyncAcker)
 	_, holder := s.(contract.Holder)
 	switch {
@@ -517,7 +523,7 @@ func (s *slotted) Release(ctx context.Context) error {
 // Extend extends the row's lease, then the slot's (the lease form): a slot
 // another claimer took meanwhile is a hold lost.
 func (s *slotted) Extend(ctx context.Context, lease time.Duration) error {
-	if err := s.Settler.Extend(ctx, lease); err != nil || !s.l.cfg.HoldExpires {
+	if err := s.Settler.Extend(ctx, lease); err != nil || !s.l.cfg.HoldExpires || s.l.rate() {
 		return err
 	}
 	q := s.l.cfg.SQL.Extend(s.l.cfg.Limit.Name, s.l.holder, s.h, s.l.cfg.Clock.Now().Add(lease))

@@ -1,0 +1,80 @@
+package inbox
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/internal/dialect"
+)
+
+// Rate caps the handlings that start per window per of rows with the same
+// value in column at n, across every instance and in every claim form: a
+// claim passes over the rows of a value that started n handlings in the
+// last per, so they stay available, use no attempt and are not retried or
+// parked; the subscription wakes when the value's oldest start in the
+// window is per old and claims its next row then, without waiting for a
+// poll. Rows whose column is NULL are not limited.
+//
+// The algorithm is a sliding window log: a handling takes a slot, a row of
+// the table sqlinbox_limit_slots (create it with migrations.ApplyLimits),
+// when its row is claimed, and the slot lasts per from then whether the
+// handling ends sooner or later; the table's primary key caps the slots of
+// a value at n. So the slots taken of one value in any window of length per
+// are at most n, exactly, as read on one clock. The error bound on the
+// handler starts: the clocks of the instances (their skew; none with
+// WithClock(clock.Database)), plus the time from a slot's take to its
+// handler's start (milliseconds: a limited subscription keeps no claimed
+// rows waiting for a worker). So the starts of one value in any window of
+// per minus that error are at most n. A claimed row given back unstarted
+// (at a stop) still used its slot: a rate errs towards fewer starts.
+//
+// Rows that a claim took and gave back because another claimer took the
+// value's last slot first are counted in Stats().LimitRefused, as a
+// limit's are. Operator.Limits shows a rate's slots as a limit's: Held is
+// the starts in the last window (Expired: older ones the next claim
+// frees). The rate is named after the table and column
+// ("table:column:rate"); SharedRate names one that several tables share.
+// Run checks that the column exists. Bound: a column name, n at least 1,
+// per at least a millisecond; not with Limit or FairBy on the same
+// subscription (Subscribe refuses them together).
+func Rate(column string, n int, per time.Duration) SubOption {
+	return SharedRate("", column, n, per)
+}
+
+// SharedRate is Rate under a name of its own: subscriptions (of any tables)
+// that give the same name, column values alike, the same n and the same per
+// share its slots, so at most n handlings of one value start per window
+// among all of them. Do not give a rate the name of a Limit. Bound: name of
+// 1 to 200 letters, digits and _ . : / - ("" names it after the table and
+// column, as Rate does).
+func SharedRate(name, column string, n int, per time.Duration) SubOption {
+	return func(c *subConfig) error {
+		call := fmt.Sprintf("Rate(%q, %d, %v)", column, n, per)
+		switch {
+		case column == "":
+			return fmt.Errorf("inbox: %w: %s: name the key column", ErrInvalid, call)
+		case n < 1:
+			return fmt.Errorf("inbox: %w: %s: give at least 1 start per window per value", ErrInvalid, call)
+		case per < time.Millisecond:
+			return fmt.Errorf("inbox: %w: %s: give a window of at least 1ms", ErrInvalid, call)
+		case c.limit != nil && c.limit.per == 0:
+			return fmt.Errorf("inbox: %w: %s with Limit(%q, ...) on one subscription: a limit and a rate are not served together yet; use one of them", ErrInvalid, call, c.limit.column)
+		}
+		if name != "" {
+			if err := dialect.ValidLimitName(name); err != nil {
+				return fmt.Errorf("inbox: %w: SharedRate(%q, %q, %d, %v): %v", ErrInvalid, name, column, n, per, err)
+			}
+		}
+		c.limit = &limitConfig{name: name, column: column, max: n, per: per}
+		return nil
+	}
+}
+
+// Rate returns the subscription's rate per key: its column, n and window,
+// zero values without one.
+func (s *Subscription) Rate() (column string, n int, per time.Duration) {
+	if l := s.cfg.limit; l != nil && l.per > 0 {
+		return l.column, l.max, l.per
+	}
+	return "", 0, 0
+}

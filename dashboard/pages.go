@@ -244,6 +244,9 @@ func (h *Handler) limits(ctx context.Context, table string) ([]limitRow, string)
 		if l.N > 0 {
 			r.Column, r.N = l.Column, strconv.Itoa(l.N)
 		}
+		if l.Per > 0 {
+			r.N += "/" + l.Per.String() // a rate's: starts per window
+		}
 		if len(l.Keys) == 0 {
 			out = append(out, r)
 		}

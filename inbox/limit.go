@@ -160,21 +160,31 @@ func (s *Subscription) limitName() string {
 // and key column without the subscription's code (Operator.Limits).
 type LimitSpec struct {
 	// Kind says what N counts: LimitKindInWork, rows of one key value in
-	// work at once (Limit, SharedLimit).
+	// work at once (Limit, SharedLimit); LimitKindRate, handlings of one
+	// key value started per Per (Rate, SharedRate).
 	Kind   string `json:"kind"`
 	Name   string `json:"name"`   // the limit's name: "table:column", or SharedLimit's
 	Column string `json:"column"` // the key column
 	N      int    `json:"n"`
+	// Per is a rate's window; 0 for a limit.
+	Per time.Duration `json:"per,omitempty"`
 }
 
 // LimitKindInWork is the Kind of a LimitSpec of Limit and SharedLimit.
 const LimitKindInWork = "limit"
 
+// LimitKindRate is the Kind of a LimitSpec of Rate and SharedRate.
+const LimitKindRate = "rate"
+
 // limitSpecs are the subscription's limits per key, nil without.
 func (s *Subscription) limitSpecs() []LimitSpec {
 	var out []LimitSpec
 	if l := s.cfg.limit; l != nil {
-		out = append(out, LimitSpec{Kind: LimitKindInWork, Name: s.limitName(), Column: l.column, N: l.max})
+		kind := LimitKindInWork
+		if l.per > 0 {
+			kind = LimitKindRate
+		}
+		out = append(out, LimitSpec{Kind: kind, Name: s.limitName(), Column: l.column, N: l.max, Per: l.per})
 	}
 	return out
 }

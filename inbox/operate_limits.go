@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sqlinbox/sqlinbox/internal/dialect"
 )
@@ -24,6 +25,11 @@ type LimitUse struct {
 	// greatest the registered subscriptions record (they differ while a
 	// change of it is rolled out); 0 when unknown, as Column.
 	N int
+	// Per is a rate's window (Rate): N then counts the handlings of one
+	// key value started per Per, and Held the starts in the last window
+	// (Expired: older ones the next claim frees). 0 for a limit, and when
+	// unknown.
+	Per time.Duration
 	// Tables are the tables of the registered subscriptions of the limit.
 	Tables []string
 	// Keys are the key values with a slot held, the busiest first: the
@@ -84,7 +90,7 @@ func (o *Operator) Limits(ctx context.Context) ([]LimitUse, error) {
 	for _, name := range limitNames(specs, held) {
 		l := LimitUse{Name: name, Keys: held[name]}
 		if s := specs[name]; s != nil {
-			l.Column, l.N, l.Tables = s.columns(), s.n, s.tables()
+			l.Column, l.N, l.Per, l.Tables = s.columns(), s.n, s.per, s.tables()
 			if err := o.countWaiting(ctx, &l, s); err != nil {
 				return nil, err
 			}
@@ -143,6 +149,7 @@ func limitNames(specs map[string]*limitQueues, held map[string][]KeyUse) []strin
 // the queues whose subscriptions take its slots.
 type limitQueues struct {
 	n      int
+	per    time.Duration // a rate's window
 	queues []limitQueue
 }
 
@@ -206,7 +213,7 @@ func (o *Operator) limitSpecs(ctx context.Context) (map[string]*limitQueues, err
 			}
 			for _, sub := range in.Subscriptions {
 				for _, sp := range sub.Limits {
-					if sp.Kind != LimitKindInWork || (!alive && out[sp.Name] != nil && !seen[sp.Name]) {
+					if sp.Kind != LimitKindInWork && sp.Kind != LimitKindRate || (!alive && out[sp.Name] != nil && !seen[sp.Name]) {
 						continue
 					}
 					seen[sp.Name] = true
@@ -215,7 +222,7 @@ func (o *Operator) limitSpecs(ctx context.Context) (map[string]*limitQueues, err
 						l = &limitQueues{}
 						out[sp.Name] = l
 					}
-					l.n = max(l.n, sp.N)
+					l.n, l.per = max(l.n, sp.N), max(l.per, sp.Per)
 					l.add(limitQueue{ref: QueueRef{Table: sub.Table, Group: sub.Group, Roles: sub.Roles, Lease: sub.Lease}, column: sp.Column})
 				}
 			}

@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/migrations"
 )
 
 // starts records handler starts per key: the host time and the slot's
@@ -242,4 +244,44 @@ func TestRateRefusals(t *testing.T) {
 	if c, n := sub.Limit(); c != "" || n != 0 {
 		t.Fatalf("Limit() = %q, %d on a subscription with a rate", c, n)
 	}
+}
+
+// Operator.Limits shows a rate as a limit, its n and window from the
+// registry: a key value at its rate holds its n slots, the starts of the
+// window, and its other rows wait.
+func TestOperatorRates(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		b := open(t, url, inbox.PollInterval(200*time.Millisecond))
+		ctx := context.Background()
+		table := keyedTable(t, b)
+		if err := migrations.ApplyRegistry(ctx, b.DB()); err != nil {
+			t.Fatal(err)
+		}
+		insertKeyed(t, b.DB(), table, "a", "a", "a", "a", "a")
+		svc := inbox.NewService("tenants", "1", b)
+		svc.Signals = false
+		if err := svc.Register(inbox.RegistryHeartbeat(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		started := make(chan string, 5)
+		sub, err := inbox.Handle(svc, inbox.MustQueue[KeyedJob](table), func(ctx context.Context, j KeyedJob) error {
+			started <- j.Customer
+			return nil
+		}, inbox.Workers(4), inbox.Rate("customer", 2, time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inboxtest.StartLive(t, svc)
+		receiveN(t, started, 2, "the window's two starts")
+		inboxtest.Idle(t, sub)
+		ls, err := inbox.NewOperator(b).Limits(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []inbox.LimitUse{{Name: table + ":customer:rate", Column: "customer", N: 2, Per: time.Hour, Tables: []string{table},
+			Keys: []inbox.KeyUse{{Key: "a", Held: 2, Waiting: 3}}}}
+		if !reflect.DeepEqual(ls, want) {
+			t.Fatalf("Limits = %+v, want %+v", ls, want)
+		}
+	})
 }

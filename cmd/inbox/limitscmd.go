@@ -45,6 +45,9 @@ func printLimits(w io.Writer, ls []inbox.LimitUse) {
 		if l.N > 0 {
 			n = strconv.Itoa(l.N)
 		}
+		if l.Per > 0 {
+			n += "/" + l.Per.String() // a rate's: starts per window
+		}
 		if l.WaitingCapped {
 			c = "+"
 		}
@@ -62,6 +65,7 @@ type limitJSON struct {
 	Name          string       `json:"name"`
 	Column        *string      `json:"column"`
 	N             *int         `json:"n"`
+	Per           string       `json:"per,omitempty"` // a rate's window (inbox.Rate)
 	Tables        []string     `json:"tables"`
 	WaitingCapped bool         `json:"waiting_capped"`
 	Keys          []limitKeyJS `json:"keys"`
@@ -83,6 +87,9 @@ func limitsJSON(ls []inbox.LimitUse) []limitJSON {
 		}
 		if l.N > 0 {
 			j.Column, j.N = &l.Column, &l.N
+		}
+		if l.Per > 0 {
+			j.Per = l.Per.String()
 		}
 		for _, k := range l.Keys {
 			j.Keys = append(j.Keys, limitKeyJS{Key: k.Key, Held: k.Held, Waiting: k.Waiting, Expired: k.Expired})

@@ -20,8 +20,8 @@
 //	inbox.workers.total       gauge of workers, by queue
 //	inbox.limit.refused       counter of rows given back unstarted because another claimer took
 //	                          their key's last slot first, by queue (queues with inbox.Limit or inbox.Rate)
-//	inbox.limit.waiting       gauge of rows waiting on their key's inbox.Limit (available, its
-//	                          slots all held), by queue, read at collection
+//	inbox.limit.waiting       gauge of rows waiting on their key's inbox.Limit or inbox.Rate
+//	                          (available, its slots all held), by queue, read at collection
 //
 // Locks and schedules: NewLocker measures a lock.Locker's takes, and
 // ScheduleHandler a schedule's runs (see each).
@@ -339,7 +339,7 @@ func (in *instruments) gauges(m metric.Meter, svc *inbox.Service, subs []*inbox.
 		}
 		insts = append(insts, rows)
 	}
-	waiting, err := m.Int64ObservableGauge("inbox.limit.waiting", metric.WithDescription("Rows waiting on their key's Limit: available, of a key value whose slots are all held, so claims pass over them; by queue, of the first CountLimit such rows in id order (subscriptions with a Limit only)."))
+	waiting, err := m.Int64ObservableGauge("inbox.limit.waiting", metric.WithDescription("Rows waiting on their key's Limit or Rate: available, of a key value whose slots are all held, so claims pass over them; by queue, of the first CountLimit such rows in id order (subscriptions with a Limit or a Rate only)."))
 	if err != nil {
 		return nil, err
 	}
@@ -397,6 +397,9 @@ func observeWaiting(ctx context.Context, o metric.Observer, waiting metric.Int64
 	var errs []error
 	for _, s := range subs {
 		col, n := s.Limit()
+		if n == 0 {
+			col, n, _ = s.Rate()
+		}
 		if n == 0 || seen[[2]string{queueName(s), col}] {
 			continue
 		}

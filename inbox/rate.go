@@ -23,9 +23,10 @@ import (
 // are at most n, exactly, as read on one clock. The error bound on the
 // handler starts: the clocks of the instances (their skew; none with
 // WithClock(clock.Database)), plus the time from a slot's take to its
-// handler's start (milliseconds: a limited subscription keeps no claimed
-// rows waiting for a worker). So the starts of one value in any window of
-// per minus that error are at most n. A claimed row given back unstarted
+// handler's start (the rest of its claim's statements and the hand-off to a
+// worker, as a limited subscription keeps no claimed rows waiting; 32 ms at
+// p50 and up to 900 ms across a connection loss in BENCHMARKS.md). So the
+// starts of one value in any window of per minus that error are at most n. A claimed row given back unstarted
 // (at a stop) still used its slot: a rate errs towards fewer starts.
 //
 // Rows that a claim took and gave back because another claimer took the

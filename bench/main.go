@@ -88,6 +88,10 @@ func main() {
 	limitJobs := flag.Int("limit-jobs", 200000, "rows per drain of --limits")
 	limitKeys := flag.Int("limit-keys", 1000, "customers the rows of --limits are keyed over (id modulo)")
 	limitRounds := flag.Int("limit-rounds", 1, "rounds of --limits")
+	deps := flag.Bool("deps", false, "run only the dependencies' cost on Postgres: --deps-jobs rows drained without a table of edges and with one present but unused, taking turns for --deps-rounds, then a chain of --chain-steps steps (each step's HandleTx publishes the next with inbox.After)")
+	depsJobs := flag.Int("deps-jobs", 200000, "rows per drain of --deps")
+	depsRounds := flag.Int("deps-rounds", 2, "rounds of --deps (each a drain without and one with the edges)")
+	chainSteps := flag.Int("chain-steps", 10000, "steps of --deps's chain (0: none)")
 	if len(os.Args) > 1 && os.Args[1] == "child" {
 		childMain(os.Args[2:])
 		return
@@ -104,6 +108,16 @@ func main() {
 		}
 		lr := latencyRun{pg: *pg, delays: delays, jobs: *latencyJobs, rounds: max(1, *latencyRounds), instances: *instances, workers: *workers, river: *riverWorkers}
 		latencyReport(lr, lr.run(ctx))
+		return
+	}
+	if *deps {
+		if *pg == "" {
+			check(fmt.Errorf("--deps needs --pg"))
+		}
+		dr := depsRun{pg: *pg, jobs: *depsJobs, instances: *instances, workers: *workers, rounds: max(1, *depsRounds), steps: *chainSteps}
+		rows, rate, err := dr.run(ctx)
+		check(err)
+		depsReport(rows, rate, dr.steps)
 		return
 	}
 	if *limits != "" {

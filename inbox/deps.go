@@ -88,11 +88,15 @@ type Parents struct {
 
 type parentsKey struct{}
 
-// parentsOf is what ParentsFrom reads: the handled row and where.
+// parentsOf is what ParentsFrom reads: the handled row and where, or
+// what was read before the handler ran (eager).
 type parentsOf struct {
-	b   *Broker
-	sql *dialect.DepsSQL
-	id  int64
+	b     *Broker
+	sql   *dialect.DepsSQL
+	id    int64
+	eager bool
+	p     Parents
+	ok    bool
 }
 
 // ParentsFrom reads what the parents of the row handled under ctx did: it
@@ -105,6 +109,14 @@ func ParentsFrom(ctx context.Context) (Parents, bool) {
 	if !ok {
 		return Parents{}, false
 	}
+	if p.eager {
+		return p.p, p.ok
+	}
+	return p.read(ctx)
+}
+
+// read counts the row's edges by state.
+func (p *parentsOf) read(ctx context.Context) (Parents, bool) {
 	c := p.sql.Count(p.id)
 	rows, err := p.b.db.QueryContext(ctx, c.SQL, c.Args...)
 	if err != nil {
@@ -382,7 +394,16 @@ func (s *Subscription) depsClaims() engine.ClaimMiddleware {
 
 // withParents gives the handler's context what ParentsFrom reads.
 func (s *Subscription) withParents(handle func(context.Context, *contract.Job) error) func(context.Context, *contract.Job) error {
+	// On SQLite a transactional handler holds the one write lock, which a
+	// read on another connection would wait for: its parents are read
+	// before its transaction begins.
+	eager := s.b.d.Kind == dialect.SQLite && s.handleJob != nil
 	return func(ctx context.Context, j *contract.Job) error {
-		return handle(context.WithValue(ctx, parentsKey{}, &parentsOf{b: s.b, sql: s.depsSQL, id: j.ID}), j)
+		p := &parentsOf{b: s.b, sql: s.depsSQL, id: j.ID}
+		if eager {
+			p.p, p.ok = p.read(ctx)
+			p.eager = true
+		}
+		return handle(context.WithValue(ctx, parentsKey{}, p), j)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -333,8 +334,9 @@ func TestDepsSweepReleasesMarkedButWaiting(t *testing.T) {
 
 // Parents acked at once by two pools (two processes) release their child
 // exactly once, every time: each release's check runs after its own
-// parent's ack committed. No sweep runs (the poll is long), so a release
-// lost to a race leaves the child waiting and fails the test.
+// parent's ack committed. The poll (3 s) picks up a row whose wake was
+// lost; the sweep runs at most every 15 s, after the 12 s a round may
+// take, so a release lost to a race fails the test.
 func TestDepsConcurrentAcksReleaseOnce(t *testing.T) {
 	eachFormDB(t, func(t *testing.T, form claim.Form, url string) {
 		if strings.HasPrefix(url, "file:") {
@@ -344,8 +346,8 @@ func TestDepsConcurrentAcksReleaseOnce(t *testing.T) {
 		if testing.Short() {
 			rounds = 10
 		}
-		b1 := open(t, url, inbox.PollInterval(time.Minute))
-		b2 := open(t, url, inbox.PollInterval(time.Minute))
+		b1 := open(t, url, inbox.PollInterval(3*time.Second))
+		b2 := open(t, url, inbox.PollInterval(3*time.Second))
 		table := depsTable(t, b1)
 		q := inbox.MustQueue[Job](table)
 		var mu sync.Mutex
@@ -416,7 +418,7 @@ func TestDepsConcurrentAcksReleaseOnce(t *testing.T) {
 			b2.Wake(table, "")
 			select {
 			case <-childRan:
-			case <-time.After(inboxtest.Timeout):
+			case <-time.After(12 * time.Second):
 				st, _ := inbox.NewOperator(b1).State(context.Background(), inbox.QueueRef{Table: table, Roles: q.Roles()})
 				var edges []string
 				rs, err := b1.DB().Query("SELECT child_id, parent_id, state FROM " + table + "_deps")
@@ -444,40 +446,55 @@ func TestDepsConcurrentAcksReleaseOnce(t *testing.T) {
 	})
 }
 
-// A producer in plain SQL writes the same three statements docs/workflows.md
-// shows: the child at the waiting time, its edge, in one transaction.
+// A producer in plain SQL writes the three statements docs/workflows.md
+// shows, in one transaction: the child at the waiting time, its edges to
+// the parents still queued (locked), and the wait cleared when none is.
 func TestDepsPlainSQLEdges(t *testing.T) {
 	eachDB(t, func(t *testing.T, url string) {
 		b := open(t, url)
 		table := depsTable(t, b)
 		q := inbox.MustQueue[Job](table)
 		p := publishP(t, b, q, "parent")
-		waiting := map[string]string{"sqlite": "'9000-01-01 00:00:00.000'", "postgres": "'9000-01-01 00:00:00+00'", "mysql": "'9000-01-01 00:00:00'"}[b.Dialect()]
-		tx, err := b.DB().Begin()
-		if err != nil {
-			t.Fatal(err)
+		kind := b.Dialect()
+		waiting := map[string]string{"sqlite": "'9000-01-01 00:00:00.000'", "postgres": "'9000-01-01 00:00:00+00'", "mysql": "'9000-01-01 00:00:00'"}[kind]
+		lock := map[string]string{"sqlite": "", "postgres": " FOR KEY SHARE", "mysql": " LOCK IN SHARE MODE"}[kind]
+		write := func(child int64, parents string) {
+			t.Helper()
+			tx, err := b.DB().Begin()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, stmt := range []string{
+				fmt.Sprintf("INSERT INTO %s (id, payload, locked_until) VALUES (%d, 'child', %s)", table, child, waiting),
+				fmt.Sprintf("INSERT INTO %s_deps (child_id, parent_id) SELECT %d, id FROM %s WHERE id IN (%s)%s", table, child, table, parents, lock),
+				fmt.Sprintf("UPDATE %s SET locked_until = NULL WHERE id = %d AND NOT EXISTS (SELECT 1 FROM %s_deps WHERE child_id = %d)", table, child, table, child),
+			} {
+				if _, err := tx.Exec(stmt); err != nil {
+					t.Fatalf("%s: %v", stmt, err)
+				}
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if _, err := tx.Exec(fmt.Sprintf("INSERT INTO %s (id, payload, locked_until) VALUES (%d, 'child', %s)", table, p+1000, waiting)); err != nil {
-			t.Fatal(err)
+		write(p+1000, fmt.Sprintf("%d, %d", p, p+5000)) // one parent queued, one gone
+		write(p+2000, fmt.Sprintf("%d", p+5000))        // its one parent gone: available
+		rs, err := inbox.NewOperator(b).Rows(context.Background(), inbox.QueueRef{Table: table, Roles: q.Roles()}, inbox.RowFilter{IDs: []int64{p + 1000, p + 2000}})
+		if err != nil || len(rs) != 2 || rs[0].State != inbox.StateWaiting || rs[1].State != inbox.StateAvailable {
+			t.Fatalf("the plain-SQL children: %v %+v, want waiting and available", err, rs)
 		}
-		if _, err := tx.Exec(fmt.Sprintf("INSERT INTO %s_deps (child_id, parent_id) VALUES (%d, %d)", table, p+1000, p)); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		rs, err := inbox.NewOperator(b).Rows(context.Background(), inbox.QueueRef{Table: table, Roles: q.Roles()}, inbox.RowFilter{IDs: []int64{p + 1000}})
-		if err != nil || len(rs) != 1 || rs[0].State != inbox.StateWaiting {
-			t.Fatalf("the plain-SQL child: %v %+v, want waiting", err, rs)
-		}
-		ran := make(chan string, 2)
-		sub, err := inbox.Subscribe(b, q, func(ctx context.Context, j Job) error { ran <- string(j.Payload); return nil })
+		ran := make(chan int64, 3)
+		sub, err := inbox.Subscribe(b, q, func(ctx context.Context, j Job) error { ran <- j.ID; return nil }, inbox.Workers(1))
 		if err != nil {
 			t.Fatal(err)
 		}
 		inboxtest.RunSubscription(t, sub)
-		if first, second := <-ran, <-ran; first != "parent" || second != "child" {
-			t.Fatalf("ran %s then %s", first, second)
+		var order []int64
+		for range 3 {
+			order = append(order, <-ran)
+		}
+		if i := slices.Index(order, p+1000); i < slices.Index(order, p) {
+			t.Fatalf("ran %v: the waiting child before its parent", order)
 		}
 	})
 }

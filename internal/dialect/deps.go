@@ -179,8 +179,13 @@ UPDATE %s SET %s = NULL WHERE %s IN (SELECT %s FROM a) AND %s = $2 AND %s RETURN
 		s.unblock = txt(fmt.Sprintf("UPDATE %s SET %s = NULL WHERE %s AND %s = $2 AND %s RETURNING %s", t.Name, lu, d.idsIn(id, 1), lu, blocked(t.Name+"."+id, false), id))
 	}
 	s.writeFailed(d, t, e, txt)
-	// $1 the child.
-	s.count = txt(fmt.Sprintf("SELECT %s, COUNT(*) FROM %s WHERE %s = $1 GROUP BY %s", st, e, ch, st))
+	// $1 the child, $2 Never. A pending edge whose parent is gone counts
+	// as acked, and one whose parent is parked as failed: the release that
+	// marks it may still be queued when the child runs (released by the
+	// settlement of another parent, which saw this one settled).
+	s.count = txt(fmt.Sprintf(`SELECT CASE WHEN x.%[1]s <> %[2]d THEN x.%[1]s WHEN p.%[3]s IS NULL THEN %[4]d WHEN p.%[5]s >= $2 THEN %[6]d ELSE %[2]d END AS s, COUNT(*)
+FROM %[7]s x LEFT JOIN %[8]s p ON x.%[1]s = %[2]d AND p.%[3]s = x.%[9]s WHERE x.%[10]s = $1 GROUP BY 1`,
+		st, EdgePending, id, EdgeAcked, lu, EdgeFailed, e, t.Name, pa, ch))
 	// $1 Never: the parents of pending edges that are gone or parked.
 	pErr := "''"
 	if t.LastError != "" {
@@ -375,8 +380,9 @@ func (s DepsSQL) DeleteWaitingThen(children []int64) Call {
 	return s.maybe(s.deleteWaitingThen, children, s.tm.Encode(Waiting))
 }
 
-// Count counts child's edges by state: rows of state, count.
-func (s DepsSQL) Count(child int64) Call { return s.count.call(child) }
+// Count counts child's edges by state: rows of state, count. A pending
+// edge counts by its parent: gone, acked; parked, failed.
+func (s DepsSQL) Count(child int64) Call { return s.count.call(child, s.tm.Encode(Never)) }
 
 // Stranded reads up to StrandedBatch parents of pending edges that are
 // gone (acked, with their release lost to a crash) or parked: rows of

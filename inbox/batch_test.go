@@ -13,6 +13,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/migrations"
 )
 
 // unsettled counts the rows of ids still in table and not parked (a
@@ -202,4 +203,158 @@ func dumpBatches(t *testing.T, b *inbox.Broker, table string, members map[string
 		}
 		rows.Close()
 	}
+}
+
+// A process killed while the last rows of a batch settle still yields one
+// callback, counting every row. A second broker takes the whole batch;
+// some rows block in its handlers. Then the last row is deleted by plain
+// SQL, as an ack that committed just before its process died, before its
+// release ran; the second broker's subscription is stopped first, without
+// waiting for its blocked handlers (ShutdownTimeout 1ms). The first broker handles what
+// is left ("retried": two rows given back; "swept": none, so only the
+// sweep for stranded edges can release the callback).
+// Every form, every database.
+func TestBatchCallbackAfterKill(t *testing.T) {
+	eachFormDB(t, func(t *testing.T, form claim.Form, url string) {
+		for _, c := range []struct {
+			name    string
+			blocked int // of the batch's last rows, blocked in the killed process
+		}{{"retried", 3}, {"swept", 1}} {
+			t.Run(c.name, func(t *testing.T) { batchKilled(t, form, url, c.blocked) })
+		}
+	})
+}
+
+func batchKilled(t *testing.T, form claim.Form, url string, blocked int) {
+	const size = 10
+	b1 := open(t, url, inbox.PollInterval(100*time.Millisecond))
+	b2 := open(t, url, inbox.PollInterval(100*time.Millisecond))
+	table := depsTable(t, b1)
+	q := inbox.MustQueue[Job](table).Group("rows")
+	done := q.Group("done")
+	ctx := context.Background()
+	rows := make([]Job, size)
+	for i := range rows {
+		rows[i].Payload = []byte(fmt.Sprint(i))
+	}
+	batch, err := inbox.PublishBatch(ctx, b2, q, rows, done, Job{Payload: []byte("callback")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inWork := make(chan struct{}, size)
+	ev := inboxtest.NewEvents(t)
+	sub2, err := inbox.Subscribe(b2, q, func(ctx context.Context, j Job) error {
+		var i int
+		fmt.Sscan(string(j.Payload), &i)
+		if i < size-blocked {
+			return nil
+		}
+		inWork <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}, inbox.Form(form), inbox.Workers(size), inbox.ShutdownTimeout(time.Millisecond),
+		inbox.Backoff(func(int) time.Duration { return 0 }), ev.Observe())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kill := inboxtest.RunSubscription(t, sub2)
+	receiveN(t, inWork, blocked, "rows blocked in the process to kill")
+	ev.Wait("the other rows acked", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) == size-blocked })
+	if blocked == 1 {
+		// Every release of the acks has run: only the last row holds
+		// the callback.
+		eventually(t, "the acked rows' edges marked", func() bool {
+			var n int
+			if err := b1.DB().QueryRow(fmt.Sprintf("SELECT count(*) FROM %s_deps WHERE state = 1", table)).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n == size-1
+		})
+	}
+	kill()
+	// The row lock form holds its rows in a transaction until the
+	// handler returns: delete the last row once it is given back.
+	last := batch.Rows[size-1]
+	if _, err := b1.DB().Exec(fmt.Sprintf("DELETE FROM %s WHERE id = %d", table, last)); err != nil {
+		t.Fatal(err)
+	}
+
+	cbs := newCallbacks(1)
+	var handled sync.Map
+	sub1, err := inbox.Subscribe(b1, q, func(ctx context.Context, j Job) error {
+		handled.Store(j.ID, true)
+		return nil
+	}, inbox.Form(form))
+	if err != nil {
+		t.Fatal(err)
+	}
+	onDone, err := inbox.Subscribe(b1, done, func(ctx context.Context, j Job) error {
+		if n := unsettled(t, b1, table, batch.Rows); n != 0 {
+			t.Errorf("the callback ran with %d rows of its batch not settled", n)
+		}
+		cbs.record(ctx, string(j.Payload))
+		return nil
+	}, inbox.Form(form))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inboxtest.RunSubscription(t, sub1)
+	inboxtest.RunSubscription(t, onDone)
+	receiveN(t, cbs.ran, 1, "the callback")
+	inboxtest.Idle(t, onDone)
+	cbs.check(t, map[string]inbox.Parents{"callback": {Acked: size}})
+	n := 0
+	handled.Range(func(any, any) bool { n++; return true })
+	if n != blocked-1 {
+		t.Errorf("the first broker handled %d rows, want the %d given back", n, blocked-1)
+	}
+}
+
+// A batch of no rows, a callback of another table and a table without its
+// edges are refused by name, writing nothing. A row whose key is queued
+// joins the batch as the queued row; a callback whose key is queued
+// writes nothing and returns the queued callback's id.
+func TestBatchRefusedAndDuplicates(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		b := openKeyed(t, url, true)
+		ctx := context.Background()
+		if err := migrations.ApplyDependencies(ctx, b.DB(), "jobs", "id"); err != nil {
+			t.Fatal(err)
+		}
+		q := inbox.MustQueue[Invoice]("jobs")
+		inv := func(key string) Invoice { return Invoice{Payload: []byte(key), Key: key} }
+		if _, err := inbox.PublishBatch(ctx, b, q, nil, q, inv("cb")); !errors.Is(err, inbox.ErrInvalid) || !strings.Contains(err.Error(), "no rows") {
+			t.Fatalf("a batch of no rows: %v", err)
+		}
+		other := inbox.MustQueue[Job](ownTable(t, b))
+		if _, err := inbox.PublishBatch(ctx, b, q, []Invoice{inv("a")}, other, Job{}); !errors.Is(err, inbox.ErrInvalid) || !strings.Contains(err.Error(), "the callback lives in the batch's table") {
+			t.Fatalf("a callback of another table: %v", err)
+		}
+		if _, err := inbox.PublishBatch(ctx, b, other, []Job{{}, {}}, other, Job{}); err == nil || !strings.Contains(err.Error(), "migrations.ApplyDependencies") {
+			t.Fatalf("a batch in a table without edges: %v", err)
+		}
+		if n := rowsOf(t, b.DB(), other.Table()); n != 0 {
+			t.Fatalf("a refused batch left %d rows", n)
+		}
+
+		queued, err := inbox.Publish(ctx, b, q, inv("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := inbox.PublishBatch(ctx, b, q, []Invoice{inv("a"), inv("b")}, q, inv("cb"))
+		var dup *inbox.DuplicateError
+		if !errors.As(err, &dup) || len(first.Rows) != 2 || first.Rows[0] != queued || first.Callback == 0 {
+			t.Fatalf("a batch with a queued key: %+v, %v; want the queued row %d in it", first, err, queued)
+		}
+		if n := edgesOf(t, b.DB(), "jobs"); n != 2 {
+			t.Fatalf("the callback has %d edges, want 2", n)
+		}
+		again, err := inbox.PublishBatch(ctx, b, q, []Invoice{inv("c")}, q, inv("cb"))
+		if !errors.As(err, &dup) || again.Callback != first.Callback || again.Rows != nil {
+			t.Fatalf("a batch whose callback's key is queued: %+v, %v; want nothing but the queued callback %d", again, err, first.Callback)
+		}
+		if n := rowsOf(t, b.DB(), "jobs"); n != 3 {
+			t.Fatalf("%d rows, want 3: the batch whose callback was queued must write nothing", n)
+		}
+	})
 }

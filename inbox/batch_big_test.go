@@ -23,7 +23,7 @@ func TestBatchOfTenThousand(t *testing.T) {
 	eachDB(t, func(t *testing.T, url string) {
 		plain := drainBatch(t, url, n, false)
 		batch := drainBatch(t, url, n, true)
-		t.Logf("%d rows: batch %v, plain %v: %.2fx", n, batch, plain, float64(batch)/float64(plain))
+		t.Logf("%s: %d rows: batch %v, plain %v: %.2fx", t.Name(), n, batch, plain, float64(batch)/float64(plain))
 		if batch > 10*plain+10*time.Second {
 			t.Errorf("a batch of %d rows drained in %v, %.1fx a drain without one (%v)", n, batch, float64(batch)/float64(plain), plain)
 		}

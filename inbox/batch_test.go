@@ -125,7 +125,7 @@ func TestBatchCallbackOnce(t *testing.T) {
 				return errors.New("this row fails")
 			}
 			return nil
-		}, inbox.Form(form), inbox.Workers(8), inbox.MaxAttempts(1))
+		}, inbox.Form(form), inbox.Workers(4), inbox.MaxAttempts(1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +135,7 @@ func TestBatchCallbackOnce(t *testing.T) {
 			}
 			cbs.record(ctx, string(j.Payload))
 			return nil
-		}, inbox.Form(form), inbox.Workers(2))
+		}, inbox.Form(form), inbox.Workers(1))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -271,7 +271,7 @@ func waitFor(q *dialect.DepsSQL, child int64, cfg *publishConfig, query queryFun
 	for _, p := range parents {
 		f, ok := byID[p]
 		switch {
-		case !ok:
+		case !ok || p == cfg.ackedInTx:
 			edges = append(edges, dialect.ParentEdge{Parent: p, State: dialect.EdgeAcked})
 		case f.parked:
 			edges = append(edges, dialect.ParentEdge{Parent: p, State: dialect.EdgeFailed})

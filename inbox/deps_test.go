@@ -147,7 +147,8 @@ func TestDepsParentGoneAndNoTable(t *testing.T) {
 
 // A child published in its parent's HandleTx transaction commits with the
 // parent's ack: a failed attempt leaves no child, the one that succeeds
-// leaves one, which runs after its parent. Every form, every database.
+// leaves one, written available (no release to wait for), which runs after
+// its parent. Every form, every database.
 func TestDepsChildInHandleTx(t *testing.T) {
 	eachFormDB(t, func(t *testing.T, form claim.Form, url string) {
 		b := open(t, url)
@@ -165,12 +166,24 @@ func TestDepsChildInHandleTx(t *testing.T) {
 				if err := tx.QueryRow(fmt.Sprintf("SELECT count(*) FROM %s WHERE id = %d", table, parent)).Scan(&n); err != nil || n != 0 {
 					t.Errorf("the child ran before its parent was acked (%v)", err)
 				}
+				if p, ok := inbox.ParentsFrom(ctx); !ok || p.Acked != 1 || p.Parked != 0 {
+					t.Errorf("ParentsFrom: %+v, %v; want one parent acked", p, ok)
+				}
 				childRan <- j.ID
 				return nil
 			}
 			id, err := inbox.PublishTx(ctx, b, tx, q, Job{Payload: []byte("child")}, inbox.After(j.ID))
 			if err != nil {
 				return err
+			}
+			// The parent's ack commits with this transaction: the child is
+			// written available, its edge acked, and needs no release.
+			var waiting, state int
+			if err := tx.QueryRow(fmt.Sprintf("SELECT CASE WHEN locked_until IS NULL THEN 0 ELSE 1 END FROM %s WHERE id = %d", table, id)).Scan(&waiting); err != nil || waiting != 0 {
+				t.Errorf("the child of the row this transaction acks waits (%d, %v), want it available", waiting, err)
+			}
+			if err := tx.QueryRow(fmt.Sprintf("SELECT state FROM %s_deps WHERE child_id = %d", table, id)).Scan(&state); err != nil || state != dialect.EdgeAcked {
+				t.Errorf("its edge's state %d (%v), want acked", state, err)
 			}
 			mu.Lock()
 			defer mu.Unlock()

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 
+	"github.com/jmoiron/sqlx"
+
 	"github.com/sqlinbox/sqlinbox/internal/claim"
 	"github.com/sqlinbox/sqlinbox/internal/claim/deps"
 	"github.com/sqlinbox/sqlinbox/internal/claim/slots"
@@ -66,7 +68,8 @@ func handleTx(ctx context.Context, b *Broker, j *claim.Job, h func(context.Conte
 	}
 	st := deps.Unwrap(slots.Unwrap(j.Settler)) // the form's own, under a limit's slot and a release
 	if lender, ok := st.(claim.TxLender); ok {
-		return handleHeldTx(ctx, lender.LendTx(), h)
+		tx := lender.LendTx()
+		return handleHeldTx(withAckTx(ctx, tx, j.ID), tx, h)
 	}
 	acker, ok := st.(claim.TxAcker)
 	if !ok {
@@ -98,7 +101,7 @@ func handleTx(ctx context.Context, b *Broker, j *claim.Job, h func(context.Conte
 			tx.Rollback()
 		}
 	}()
-	if err := h(ctx, tx); err != nil {
+	if err := h(withAckTx(ctx, tx, j.ID), tx); err != nil {
 		done = true
 		tx.Rollback()
 		return err
@@ -144,4 +147,38 @@ func handleHeldTx(ctx context.Context, tx *sql.Tx, h func(context.Context, *sql.
 	}
 	ok = true
 	return nil
+}
+
+// ackTx is the handler's transaction and the row whose ack commits with it.
+type ackTx struct {
+	tx *sql.Tx
+	id int64
+}
+
+type ackTxKey struct{}
+
+func withAckTx(ctx context.Context, tx *sql.Tx, id int64) context.Context {
+	return context.WithValue(ctx, ackTxKey{}, ackTx{tx: tx, id: id})
+}
+
+// ackedWith is the row whose ack commits with tx, when tx is the handler's
+// transaction ctx was given with: a child published there with
+// After(that row) needs no release, since the row is acked when the child
+// is seen, and not at all when it is not (0 otherwise).
+func ackedWith(ctx context.Context, tx any) int64 {
+	a, ok := ctx.Value(ackTxKey{}).(ackTx)
+	if !ok {
+		return 0
+	}
+	switch t := tx.(type) {
+	case *sql.Tx:
+		if t == a.tx {
+			return a.id
+		}
+	case *sqlx.Tx:
+		if t.Tx == a.tx {
+			return a.id
+		}
+	}
+	return 0
 }

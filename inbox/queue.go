@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -108,6 +109,9 @@ type publishConfig struct {
 	waits     bool
 	policy    ParentPolicy
 	policySet bool
+	// ackedInTx is the row whose ack commits with the publish's
+	// transaction (its HandleTx): as a parent it counts as acked.
+	ackedInTx int64
 }
 
 // Delay makes the row available only once d has passed on the broker's
@@ -230,6 +234,9 @@ func PublishTx[T any](ctx context.Context, b *Broker, tx any, q Queue[T], row T,
 		query = pgxQuery(ctx, t)
 	default:
 		return 0, fmt.Errorf("inbox: %w: PublishTx takes a *sql.Tx, *sqlx.Tx or pgx.Tx, got %T", ErrInvalid, tx)
+	}
+	if id := ackedWith(ctx, tx); id != 0 {
+		opts = append(slices.Clone(opts), func(c *publishConfig) { c.ackedInTx = id })
 	}
 	// Unstamped: this process's wake below may come before the commit, and
 	// the notification, delivered at commit, is the wake that finds the row.

@@ -282,29 +282,8 @@ func TestDepsParkedParentPolicies(t *testing.T) {
 // The sweep releases a child whose parent's ack committed without its
 // release (a crash between the two: the parent deleted by plain SQL).
 func TestDepsSweepReleasesStranded(t *testing.T) {
-	eachDB(t, func(t *testing.T, url string) {
-		b := open(t, url, inbox.PollInterval(20*time.Millisecond))
-		table := depsTable(t, b)
-		q := inbox.MustQueue[Job](table)
-		p := publishP(t, b, q, "parent")
-		c := publishP(t, b, q, "child", inbox.After(p))
-		if _, err := b.DB().Exec(fmt.Sprintf("DELETE FROM %s WHERE id = %d", table, p)); err != nil {
-			t.Fatal(err)
-		}
-		ran := make(chan int64, 1)
-		sub, err := inbox.Subscribe(b, q, func(ctx context.Context, j Job) error { ran <- j.ID; return nil })
-		if err != nil {
-			t.Fatal(err)
-		}
-		inboxtest.RunSubscription(t, sub)
-		select {
-		case id := <-ran:
-			if id != c {
-				t.Fatalf("ran row %d, want the child %d", id, c)
-			}
-		case <-time.After(inboxtest.Timeout):
-			t.Fatal("the sweep did not release the child of a parent gone")
-		}
+	sweepReleases(t, func(table string, parent int64) []string {
+		return []string{fmt.Sprintf("DELETE FROM %s WHERE id = %d", table, parent)}
 	})
 }
 
@@ -314,16 +293,25 @@ func TestDepsSweepReleasesStranded(t *testing.T) {
 // on MariaDB. The state is written by plain SQL: the parent gone, its edge
 // marked acked, the child waiting.
 func TestDepsSweepReleasesMarkedButWaiting(t *testing.T) {
+	sweepReleases(t, func(table string, parent int64) []string {
+		return []string{
+			fmt.Sprintf("UPDATE %s_deps SET state = %d WHERE parent_id = %d", table, dialect.EdgeAcked, parent),
+			fmt.Sprintf("DELETE FROM %s WHERE id = %d", table, parent),
+		}
+	})
+}
+
+// sweepReleases publishes a parent and its child, leaves them in the state
+// the statements of crash write, and waits for a subscription's sweep to
+// release the child, on every database.
+func sweepReleases(t *testing.T, crash func(table string, parent int64) []string) {
 	eachDB(t, func(t *testing.T, url string) {
 		b := open(t, url, inbox.PollInterval(20*time.Millisecond))
 		table := depsTable(t, b)
 		q := inbox.MustQueue[Job](table)
 		p := publishP(t, b, q, "parent")
 		c := publishP(t, b, q, "child", inbox.After(p))
-		for _, stmt := range []string{
-			fmt.Sprintf("UPDATE %s_deps SET state = %d WHERE parent_id = %d", table, dialect.EdgeAcked, p),
-			fmt.Sprintf("DELETE FROM %s WHERE id = %d", table, p),
-		} {
+		for _, stmt := range crash(table, p) {
 			if _, err := b.DB().Exec(stmt); err != nil {
 				t.Fatal(err)
 			}
@@ -340,7 +328,7 @@ func TestDepsSweepReleasesMarkedButWaiting(t *testing.T) {
 				t.Fatalf("ran row %d, want the child %d", id, c)
 			}
 		case <-time.After(inboxtest.Timeout):
-			t.Fatal("the sweep did not release a waiting child whose only edge was marked acked")
+			t.Fatal("the sweep did not release the child")
 		}
 	})
 }

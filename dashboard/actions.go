@@ -22,7 +22,7 @@ var changes = map[string]struct {
 }{
 	"unpark":  {[]string{inbox.StateParked}, "Unpark"},
 	"run-now": {[]string{inbox.StateDelayed}, "Run now"},
-	"delete":  {[]string{inbox.StateAvailable, inbox.StateDelayed, inbox.StateParked}, "Delete"},
+	"delete":  {[]string{inbox.StateAvailable, inbox.StateDelayed, inbox.StateWaiting, inbox.StateParked}, "Delete"},
 }
 
 // confirmView is the page a bulk action shows before it acts: what it acts
@@ -157,7 +157,7 @@ func (h *Handler) cancel(ctx context.Context, r *http.Request, ref inbox.QueueRe
 func count(st inbox.QueueState, states []string) int64 {
 	var n int64
 	for _, s := range states {
-		n += map[string]int64{inbox.StateAvailable: st.Available, inbox.StateHeld: st.Held, inbox.StateDelayed: st.Delayed, inbox.StateParked: st.Parked}[s]
+		n += map[string]int64{inbox.StateAvailable: st.Available, inbox.StateHeld: st.Held, inbox.StateDelayed: st.Delayed, inbox.StateWaiting: st.Waiting, inbox.StateParked: st.Parked}[s]
 	}
 	return n
 }

@@ -72,7 +72,7 @@ type rowView struct {
 	State, Due, LastError, Created, Payload, Link string
 }
 
-var states = []string{inbox.StateAvailable, inbox.StateHeld, inbox.StateDelayed, inbox.StateParked, inbox.StateDone}
+var states = []string{inbox.StateAvailable, inbox.StateHeld, inbox.StateDelayed, inbox.StateWaiting, inbox.StateParked, inbox.StateDone}
 
 func (h *Handler) page(w http.ResponseWriter, r *http.Request, title string) *page {
 	p := &page{Title: title, Dialect: h.dialect, ReadOnly: h.cfg.ReadOnly, CSRF: token(w, r),
@@ -322,6 +322,8 @@ func due(lockedUntil time.Time, state string) string {
 	switch state {
 	case inbox.StateParked:
 		return "never (parked)"
+	case inbox.StateWaiting:
+		return "after its parents (waiting)"
 	case inbox.StateAvailable:
 		return "now"
 	}

@@ -49,7 +49,7 @@ func (h *Handler) row(w http.ResponseWriter, r *http.Request) {
 		row := rows[0]
 		d := &rowDetail{ID: row.ID, Attempts: row.Attempts, State: row.State, Due: due(row.LockedUntil, row.State),
 			Created: "—", LastError: row.LastError, Size: len(row.Payload)}
-		if !row.LockedUntil.IsZero() && row.State != inbox.StateParked {
+		if !row.LockedUntil.IsZero() && row.State != inbox.StateParked && row.State != inbox.StateWaiting {
 			d.DueAt = row.LockedUntil.UTC().Format("2006-01-02 15:04:05.000 MST")
 		}
 		if !row.Created.IsZero() {

@@ -43,9 +43,9 @@ func queuesCommand() *cobra.Command {
 	cmd, _ := operatorCommand("queues", "every registered queue: rows by state, oldest available, instances, paused",
 		`Lists every queue a registered service subscribes to (or that is paused), with its rows
 by state: available (claimable now), held (due after a sixth of a lease and within it:
-in work), delayed (due sooner, or further off: a retry's backoff, a delayed publish) and parked (failed
-their last attempt), the age of the oldest available row, the instances subscribed and
-their workers, and whether it is paused ("yes (table)": by a pause of the whole table).
+in work), delayed (due sooner, or further off: a retry's backoff, a delayed publish), waiting
+(for their parents: inbox.After) and parked (failed their last attempt), the age of the
+oldest available row, the instances subscribed and their workers, and whether it is paused ("yes (table)": by a pause of the whole table).
 Counts read at most the first 100000 rows of a queue in id order ("+" marks a count
 that stopped there). Below, the limits per key: each one's key column and n, and per key
 value with slots held the rows in work and the rows waiting, as limits prints them (with
@@ -71,22 +71,22 @@ value with slots held the rows in work and the rows waiting, as limits prints th
 				return lerr
 			}
 			return s.emit(queuesJSON(qs, ls), func(w io.Writer) {
-				fmt.Fprintln(w, "TABLE\tGROUP\tAVAILABLE\tHELD\tDELAYED\tPARKED\tOLDEST\tINSTANCES\tPOLLED\tWORKERS\tPAUSED")
+				fmt.Fprintln(w, "TABLE\tGROUP\tAVAILABLE\tHELD\tDELAYED\tWAITING\tPARKED\tOLDEST\tINSTANCES\tPOLLED\tWORKERS\tPAUSED")
 				for _, q := range qs {
 					paused := yes(q.Paused)
 					if q.TablePaused {
 						paused = "yes (table)"
 					}
 					if q.StateErr != nil {
-						fmt.Fprintf(w, "%s\t%s\t(%v)\t\t\t\t\t%d\t%d\t%d\t%s\n", q.Table, dash(q.Group), q.StateErr, q.Instances, q.Polled, q.Workers, paused)
+						fmt.Fprintf(w, "%s\t%s\t(%v)\t\t\t\t\t\t%d\t%d\t%d\t%s\n", q.Table, dash(q.Group), q.StateErr, q.Instances, q.Polled, q.Workers, paused)
 						continue
 					}
 					c, st := "", q.State
 					if st.Capped {
 						c = "+"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%d%s\t%d%s\t%d%s\t%d%s\t%s\t%d\t%d\t%d\t%s\n", q.Table, dash(q.Group), st.Available, c, st.Held, c, st.Delayed, c,
-						st.Parked, c, age(st.Oldest), q.Instances, q.Polled, q.Workers, paused)
+					fmt.Fprintf(w, "%s\t%s\t%d%s\t%d%s\t%d%s\t%d%s\t%d%s\t%s\t%d\t%d\t%d\t%s\n", q.Table, dash(q.Group), st.Available, c, st.Held, c, st.Delayed, c,
+						st.Waiting, c, st.Parked, c, age(st.Oldest), q.Instances, q.Polled, q.Workers, paused)
 				}
 				if lerr != nil {
 					fmt.Fprintf(w, "\n(limits: %v)\n", lerr)
@@ -140,7 +140,7 @@ func rowsCommand() *cobra.Command {
 				}
 			})
 		})
-	cmd.Flags().StringSliceVar(&states, "state", nil, "only rows in these states: available, held, delayed, parked (repeatable, or comma-separated); or done, alone")
+	cmd.Flags().StringSliceVar(&states, "state", nil, "only rows in these states: available, held, delayed, waiting, parked (repeatable, or comma-separated); or done, alone")
 	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many rows, in id order (done rows: the most recently handled)")
 	cmd.Flags().BoolVar(&wide, "wide", false, "print the last error and the payload whole")
 	cmd.Flags().StringVar(&rf.ErrorContains, "error-contains", "", "rows whose last error contains this text")
@@ -202,7 +202,7 @@ func block(s string) string {
 }
 
 func statsCommand() *cobra.Command {
-	cmd, _ := operatorCommand("stats", "count one queue's rows by state: available, held, delayed, parked",
+	cmd, _ := operatorCommand("stats", "count one queue's rows by state: available, held, delayed, waiting, parked",
 		"Counts one queue's rows by state, as queues does for every registered queue, for any table.", onRows,
 		func(ctx context.Context, s *opSession) error {
 			st, err := s.op.State(ctx, s.ref)
@@ -210,14 +210,14 @@ func statsCommand() *cobra.Command {
 				return err
 			}
 			j := statsJSON{Table: s.ref.Table, Group: s.ref.Group, Available: st.Available, Held: st.Held, Delayed: st.Delayed,
-				Parked: st.Parked, Capped: st.Capped, OldestAgeSeconds: ageSeconds(st.Oldest)}
+				Waiting: st.Waiting, Parked: st.Parked, Capped: st.Capped, OldestAgeSeconds: ageSeconds(st.Oldest)}
 			return s.emit(j, func(w io.Writer) {
 				c := ""
 				if st.Capped {
 					c = "+"
 				}
-				fmt.Fprintln(w, "TABLE\tGROUP\tAVAILABLE\tHELD\tDELAYED\tPARKED\tOLDEST")
-				fmt.Fprintf(w, "%s\t%s\t%d%s\t%d%s\t%d%s\t%d%s\t%s\n", s.ref.Table, dash(s.ref.Group), st.Available, c, st.Held, c, st.Delayed, c, st.Parked, c, age(st.Oldest))
+				fmt.Fprintln(w, "TABLE\tGROUP\tAVAILABLE\tHELD\tDELAYED\tWAITING\tPARKED\tOLDEST")
+				fmt.Fprintf(w, "%s\t%s\t%d%s\t%d%s\t%d%s\t%d%s\t%d%s\t%s\n", s.ref.Table, dash(s.ref.Group), st.Available, c, st.Held, c, st.Delayed, c, st.Waiting, c, st.Parked, c, age(st.Oldest))
 			})
 		})
 	return cmd
@@ -235,7 +235,7 @@ func changeCommands() []*cobra.Command {
 		{"run-now", "make delayed rows due now (held rows, due after a sixth of a lease and within it, are left: they may be in work)", "made due", func(o *inbox.Operator) func(context.Context, inbox.QueueRef, inbox.Selection) (int64, error) {
 			return o.RunNow
 		}},
-		{"delete", "delete available, delayed or parked rows (held rows, perhaps in work, are left)", "deleted", func(o *inbox.Operator) func(context.Context, inbox.QueueRef, inbox.Selection) (int64, error) {
+		{"delete", "delete available, delayed, waiting or parked rows (held rows, perhaps in work, are left)", "deleted", func(o *inbox.Operator) func(context.Context, inbox.QueueRef, inbox.Selection) (int64, error) {
 			return o.Delete
 		}},
 	} {

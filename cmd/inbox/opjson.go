@@ -19,6 +19,7 @@ type queueJSON struct {
 	Available int64  `json:"available"`
 	Held      int64  `json:"held"`
 	Delayed   int64  `json:"delayed"`
+	Waiting   int64  `json:"waiting"` // rows waiting for their parents (inbox.After)
 	Parked    int64  `json:"parked"`
 	Capped    bool   `json:"capped"`
 	// OldestAgeSeconds is the oldest available row's age; null when none.
@@ -46,7 +47,7 @@ func queuesJSON(qs []inbox.QueueInfo, ls []inbox.LimitUse) []queueJSON {
 			}
 		}
 		j := queueJSON{Table: q.Table, Group: q.Group, Available: q.State.Available, Held: q.State.Held, Delayed: q.State.Delayed,
-			Parked: q.State.Parked, Capped: q.State.Capped, Instances: q.Instances, Polled: q.Polled, Workers: q.Workers, Paused: q.Paused,
+			Waiting: q.State.Waiting, Parked: q.State.Parked, Capped: q.State.Capped, Instances: q.Instances, Polled: q.Polled, Workers: q.Workers, Paused: q.Paused,
 			TablePaused: q.TablePaused, OldestAgeSeconds: ageSeconds(q.State.Oldest), Limits: limitsJSON(mine)}
 		if q.StateErr != nil {
 			j.Error = q.StateErr.Error()
@@ -63,6 +64,7 @@ type statsJSON struct {
 	Available        int64    `json:"available"`
 	Held             int64    `json:"held"`
 	Delayed          int64    `json:"delayed"`
+	Waiting          int64    `json:"waiting"`
 	Parked           int64    `json:"parked"`
 	Capped           bool     `json:"capped"`
 	OldestAgeSeconds *float64 `json:"oldest_age_seconds"`

@@ -56,8 +56,8 @@ func TestGaugesEndWithTheService(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if running["inbox.rows"] != 4 || running["inbox.workers.total"] != 1 || running["inbox.limit.refused"] != 1 || running["inbox.limit.waiting"] != 1 {
-				t.Fatalf("while running: gauge points %v, want 4 of inbox.rows, 1 of inbox.workers.total, 1 of inbox.limit.refused and 1 of inbox.limit.waiting", running)
+			if running["inbox.rows"] != 5 || running["inbox.workers.total"] != 1 || running["inbox.limit.refused"] != 1 || running["inbox.limit.waiting"] != 1 {
+				t.Fatalf("while running: gauge points %v, want 5 of inbox.rows, 1 of inbox.workers.total, 1 of inbox.limit.refused and 1 of inbox.limit.waiting", running)
 			}
 			cancel()
 			if err := <-done; err != nil {

@@ -15,7 +15,7 @@
 //	inbox.handling.duration   histogram (s) of handler start to settlement, by queue and outcome
 //	inbox.queue.wait          histogram (s) of created_at to claim, by queue (queues whose struct tags created_at)
 //	inbox.claim.rows          histogram of rows a claim took, by queue
-//	inbox.rows                gauge of rows by queue and state (available, held, delayed, parked), read at collection
+//	inbox.rows                gauge of rows by queue and state (available, held, delayed, waiting, parked), read at collection
 //	inbox.workers.busy        gauge of rows claimed and not yet settled, by queue
 //	inbox.workers.total       gauge of workers, by queue
 //	inbox.limit.refused       counter of rows given back unstarted because another claimer took
@@ -333,7 +333,7 @@ func (in *instruments) gauges(m metric.Meter, svc *inbox.Service, subs []*inbox.
 	insts := []metric.Observable{busy, total, refused}
 	var rows metric.Int64ObservableGauge
 	if !cfg.NoRowGauge {
-		rows, err = m.Int64ObservableGauge("inbox.rows", metric.WithDescription("Rows by queue and state (available, held, delayed, parked), of the first CountLimit rows in id order."))
+		rows, err = m.Int64ObservableGauge("inbox.rows", metric.WithDescription("Rows by queue and state (available, held, delayed, waiting, parked), of the first CountLimit rows in id order."))
 		if err != nil {
 			return nil, err
 		}
@@ -382,7 +382,7 @@ func (in *instruments) gauges(m metric.Meter, svc *inbox.Service, subs []*inbox.
 				errs = append(errs, err)
 				continue
 			}
-			for state, n := range map[string]int64{inbox.StateAvailable: st.Available, inbox.StateHeld: st.Held, inbox.StateDelayed: st.Delayed, inbox.StateParked: st.Parked} {
+			for state, n := range map[string]int64{inbox.StateAvailable: st.Available, inbox.StateHeld: st.Held, inbox.StateDelayed: st.Delayed, inbox.StateWaiting: st.Waiting, inbox.StateParked: st.Parked} {
 				o.ObserveInt64(rows, n, metric.WithAttributes(qa, attribute.String("state", state)))
 			}
 		}

@@ -31,7 +31,7 @@ type job struct {
 }
 
 // A run of 10 rows (7 acked, 3 failing into park at their first attempt)
-// and 2 rows left delayed, read back from a ManualReader: every counter,
+// and 2 rows left delayed, one row waiting for one of them, read back from a ManualReader: every counter,
 // histogram count and gauge matches what the run did, and every handling
 // has its span.
 func TestMetricsMatchTheRun(t *testing.T) {
@@ -45,6 +45,9 @@ func TestMetricsMatchTheRun(t *testing.T) {
 			}
 			defer b.Close()
 			if err := migrations.Apply(ctx, b.DB(), "jobs"); err != nil {
+				t.Fatal(err)
+			}
+			if err := migrations.ApplyDependencies(ctx, b.DB(), "jobs", "id"); err != nil {
 				t.Fatal(err)
 			}
 			reader := sdkmetric.NewManualReader()
@@ -78,10 +81,14 @@ func TestMetricsMatchTheRun(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			var later int64
 			for range 2 {
-				if _, err := inbox.Publish(ctx, b, q, job{Payload: []byte("later")}, inbox.Delay(time.Hour)); err != nil {
+				if later, err = inbox.Publish(ctx, b, q, job{Payload: []byte("later")}, inbox.Delay(time.Hour)); err != nil {
 					t.Fatal(err)
 				}
+			}
+			if _, err := inbox.Publish(ctx, b, q, job{Payload: []byte("after")}, inbox.After(later)); err != nil {
+				t.Fatal(err)
 			}
 			rctx, cancel := context.WithCancel(ctx)
 			done := make(chan error, 1)
@@ -125,7 +132,7 @@ func TestMetricsMatchTheRun(t *testing.T) {
 				"inbox.claim.rows.sum":    {"queue=jobs": 10},
 				"inbox.workers.total":     {"queue=jobs": 4},
 				"inbox.workers.busy":      {"queue=jobs": 0},
-				"inbox.rows":              {"queue=jobs,state=available": 0, "queue=jobs,state=held": 0, "queue=jobs,state=delayed": 2, "queue=jobs,state=parked": 3},
+				"inbox.rows":              {"queue=jobs,state=available": 0, "queue=jobs,state=held": 0, "queue=jobs,state=delayed": 2, "queue=jobs,state=waiting": 1, "queue=jobs,state=parked": 3},
 			}
 			for name, points := range want {
 				for a, v := range points {

@@ -40,7 +40,7 @@ type soakConfig struct {
 	// worker is terminated every terminateEvery.
 	limit, keys int
 	limitOff    bool
-	// The workflow mode (soakflow.go): "" or "diamonds".
+	// The workflow mode (soakflow.go): "", "diamonds" or "batches".
 	workflow       string
 	terminateEvery time.Duration
 }
@@ -53,7 +53,7 @@ func soak(ctx context.Context, args []string) error {
 	fs.StringVar(&c.table, "table", "inbox_soak", "inbox table, or schema.table; the soak drops and recreates it and its _produced, _marks and _kills tables")
 	fs.IntVar(&c.processes, "processes", 4, "worker processes at once")
 	fs.IntVar(&c.workers, "workers", 8, "handlers at once in each worker process")
-	fs.Int64Var(&c.jobs, "jobs", 5000, "rows the producer writes (with --workflow diamonds, diamonds of four rows), spread over the first four fifths of --seconds")
+	fs.Int64Var(&c.jobs, "jobs", 5000, "rows the producer writes (with --workflow diamonds, diamonds of four rows; batches, batches of ten rows and a callback), spread over the first four fifths of --seconds")
 	fs.DurationVar(&c.killEvery, "kill-every", 5*time.Second, "SIGKILL a random worker process this often and start a fresh one; 0 kills none")
 	fs.BoolVar(&c.restartDB, "restart-db", false, "restart the database once, half way (SQLite: SIGKILL the producer inside a write transaction)")
 	fs.DurationVar(&c.seconds, "seconds", time.Minute, "how long the kills go on (a bare number is seconds); then the soak waits for the inbox to drain")
@@ -63,7 +63,7 @@ func soak(ctx context.Context, args []string) error {
 	fs.BoolVar(&c.tx, "tx", false, "workers use inbox.HandleTx and insert one sent row per handling in its transaction; the verdict asks for exactly one per row (on SQLite the handling's marks go in its transaction too)")
 	fs.BoolVar(&c.outside, "effect-outside-tx", false, "with --tx, the control: workers use inbox.Handle and insert the sent row after the handling, outside the ack's transaction, so sent_not_once counts the effects a kill repeated")
 	fs.IntVar(&c.limit, "limit", 0, "with n > 0, the limit mode: rows carry a tenant (half over the first tenth of --keys, half over the rest), the workers subscribe with inbox.Limit(\"tenant\", n), and the verdict asks that no more than n rows of a tenant were in work at once, with no attempt used by a row that waited on its limit")
-	fs.StringVar(&c.workflow, "workflow", "", "diamonds: the workflow mode: --jobs diamonds of four rows published through a broker in one transaction each, A, then B and C after A (inbox.After), then D after B and C; workers use inbox.HandleTx and record each ack in its transaction, and the verdict asks that every row was acked once and no step began before its parents' acks (needs migrations.ApplyDependencies, which the soak runs)")
+	fs.StringVar(&c.workflow, "workflow", "", "diamonds: the workflow mode: --jobs diamonds of four rows published through a broker in one transaction each, A, then B and C after A (inbox.After), then D after B and C; workers use inbox.HandleTx and record each ack in its transaction, and the verdict asks that every row was acked once and no step began before its parents' acks (needs migrations.ApplyDependencies, which the soak runs). batches: --jobs batches of ten rows and a callback (inbox.PublishBatchTx), one row in ten parked (inbox.Park); the verdict asks that every callback was acked once, began only after its ten rows were settled, and read their acked and parked counts (inbox.ParentsFrom)")
 	fs.BoolVar(&c.limitOff, "limit-off", false, "with --limit, the control: the workers subscribe without the limit, so that key_overlaps counts what the limit prevents (the soak then fails)")
 	fs.IntVar(&c.keys, "keys", 50, "tenants of the rows in the limit mode (at least 1)")
 	fs.DurationVar(&c.terminateEvery, "terminate-every", 0, "terminate a server session of a worker's broker this often (Postgres: pg_terminate_backend; MariaDB: KILL), one in a statement or a transaction where there is one; 0 terminates none. Postgres and MariaDB/MySQL only")
@@ -91,8 +91,8 @@ func soak(ctx context.Context, args []string) error {
 		return fmt.Errorf("--seconds must be positive, --kill-every not negative, --lease at least 1s")
 	case c.limit < 0, c.limit > 0 && c.keys < 1, c.terminateEvery < 0:
 		return fmt.Errorf("--limit must not be negative, --keys at least 1 with a limit, --terminate-every not negative")
-	case c.workflow != "" && c.workflow != soakDiamonds:
-		return fmt.Errorf("--workflow %q: the soak knows %q", c.workflow, soakDiamonds)
+	case c.workflow != "" && c.workflow != soakDiamonds && c.workflow != soakBatches:
+		return fmt.Errorf("--workflow %q: the soak knows %q and %q", c.workflow, soakDiamonds, soakBatches)
 	case c.workflow != "" && (c.limit > 0 || c.tx || c.terminateEvery > 0):
 		return fmt.Errorf("--workflow is not soaked with --limit, --tx or --terminate-every (it handles with inbox.HandleTx itself)")
 	case c.limitOff && c.limit == 0:
@@ -137,7 +137,7 @@ func soak(ctx context.Context, args []string) error {
 	if c.limit > 0 {
 		t.keys = c.keys
 	}
-	t.workflow = c.workflow != ""
+	t.workflow, t.batches = c.workflow != "", c.workflow == soakBatches
 	if err := t.reset(ctx, db); err != nil {
 		return err
 	}
@@ -171,6 +171,11 @@ func soak(ctx context.Context, args []string) error {
 	}
 	if c.tx || c.workflow != "" {
 		if err := makeSent(ctx, db, d, c.table); err != nil {
+			return err
+		}
+	}
+	if c.workflow == soakBatches {
+		if err := makeBatchTable(ctx, db, d, c.table); err != nil {
 			return err
 		}
 	}
@@ -246,7 +251,7 @@ func (r *soakRun) startWorker() error {
 	p, err := r.start(r.next, os.Stderr, "soak-worker", "--db", r.c.url, "--table", r.c.table, "--form", r.c.form,
 		"--workers", strconv.Itoa(r.c.workers), "--lease", r.c.lease.String(), "--handle", r.c.handle.String(),
 		"--instance", strconv.Itoa(r.next), "--tx="+strconv.FormatBool(r.c.tx || r.c.workflow != ""), "--effect-outside-tx="+strconv.FormatBool(r.c.outside),
-		"--limit", strconv.Itoa(r.c.limit), "--limit-off="+strconv.FormatBool(r.c.limitOff), "--marks-db", r.side.url, "--marks-table", r.side.table)
+		"--limit", strconv.Itoa(r.c.limit), "--limit-off="+strconv.FormatBool(r.c.limitOff), "--workflow", r.c.workflow, "--marks-db", r.side.url, "--marks-table", r.side.table)
 	if err != nil {
 		return err
 	}

@@ -25,6 +25,7 @@ type soakTables struct {
 	d                              *dialect.Dialect
 	keys                           int    // tenants of the rows, 0 for none (the limit mode)
 	workflow                       bool   // the table has edges (the workflow mode)
+	batches                        bool   // the workflow mode's batches: parked rows stay queued
 	jobs, produced, marks, kills   string // as given, for messages
 	qJobs, qProduced, qMarks, qKil string // quoted
 	unstarted, qUnstarted          string // handlings told their hold ended before their start mark
@@ -177,7 +178,7 @@ func (t *soakTables) counts(ctx context.Context, db *sql.DB) (soakCounts, error)
 	var c soakCounts
 	err := db.QueryRowContext(ctx, "SELECT (SELECT count(*) FROM "+t.qProduced+"), "+
 		"(SELECT count(DISTINCT seq) FROM "+t.qMarks+" WHERE done = 1), "+
-		"(SELECT count(*) FROM "+t.qJobs+"), "+
+		"(SELECT count(*) FROM "+t.qJobs+t.notParked()+"), "+
 		"(SELECT count(*) FROM "+t.qMarks+")").Scan(&c.Produced, &c.Handled, &c.Queued, &c.Handlings)
 	return c, err
 }
@@ -276,7 +277,7 @@ func (t *soakTables) verdict(ctx context.Context, db *sql.DB) (soakVerdict, erro
 	err := db.QueryRowContext(ctx, "SELECT "+
 		"(SELECT count(*) FROM "+t.qProduced+"), "+
 		"(SELECT count(*) FROM "+t.qProduced+" p WHERE NOT EXISTS (SELECT 1 FROM "+t.qMarks+" m WHERE m.seq = p.seq AND m.done = 1)), "+
-		"(SELECT count(*) FROM "+t.qJobs+"), "+
+		"(SELECT count(*) FROM "+t.qJobs+t.notParked()+"), "+
 		"("+overlaps+"), "+
 		"(SELECT count(*) FROM (SELECT seq FROM "+t.qMarks+" GROUP BY seq HAVING count(*) > 1) r), "+
 		"(SELECT COALESCE(max(wait), 0) FROM ("+waits+") w2 WHERE prev_instance IN (SELECT instance FROM "+t.qKil+")), "+

@@ -44,6 +44,7 @@ func soakWorker(ctx context.Context, args []string) error {
 	limitOff := fs.Bool("limit-off", false, "with --limit, the control: mark as --limit does, subscribe without the limit")
 	marksURL := fs.String("marks-db", "", "database URL of the marks (default --db)")
 	marksTable := fs.String("marks-table", "", "the inbox table as the marks' pool names it (default --table)")
+	workflow := fs.String("workflow", "", "batches: handle the rows of the batches (park one in ten, record the callbacks' counts)")
 	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
 	}
@@ -97,6 +98,8 @@ func soakWorker(ctx context.Context, args []string) error {
 		_, err = inbox.Handle(svc, lq, func(ctx context.Context, row limitRow) error {
 			return h.handle(ctx, h.db, row.Payload, limitMark(ctx, row))
 		}, opts...)
+	case *workflow == soakBatches:
+		_, err = inbox.HandleTx(svc, q, h.batchHandler(d, *table, sent), opts...)
 	case *tx && *outside:
 		_, err = inbox.Handle(svc, q, func(ctx context.Context, row referenceRow) error {
 			return h.handleThen(ctx, h.db, row, sent)
@@ -217,7 +220,7 @@ func soakProducer(ctx context.Context, args []string) error {
 	over := fs.Duration("over", time.Minute, "span over which rows are spread")
 	pause := fs.Bool("pause-in-tx", false, "on a line on stdin, hold the next transaction open and say so on stdout")
 	keys := fs.Int("keys", 0, "tenants of the rows (the limit mode); 0: the table has no tenant column")
-	workflow := fs.String("workflow", "", "diamonds: publish diamonds of four rows through a broker (--jobs counts rows, a multiple of four)")
+	workflow := fs.String("workflow", "", "diamonds or batches: publish diamonds of four rows, or batches of ten and a callback, through a broker (--jobs counts rows, whole units)")
 	if err := parseFlags(ctx, fs, args); err != nil {
 		return err
 	}
@@ -232,12 +235,12 @@ func soakProducer(ctx context.Context, args []string) error {
 		return err
 	}
 	t.keys = *keys
-	var diamonds *diamondProducer
+	var flows *flowProducer
 	if *workflow != "" {
-		if diamonds, err = newDiamondProducer(*url, *table); err != nil {
+		if flows, err = newFlowProducer(*url, *table, *workflow); err != nil {
 			return err
 		}
-		defer diamonds.b.Close()
+		defer flows.b.Close()
 	}
 	// A line on stdin asks for the next transaction to be held open and
 	// announced, so that the soak can kill the producer inside it.
@@ -272,8 +275,9 @@ func soakProducer(ctx context.Context, args []string) error {
 				target = min(*jobs, int64(float64(*jobs)*el.Seconds()/over.Seconds())+1)
 			}
 			n := min(target, have+500)
-			if diamonds != nil {
-				n = min(target, have+100) / 4 * 4 // whole diamonds
+			if flows != nil {
+				unit := flowUnit(*workflow)
+				n = min(target, have+100) / unit * unit // whole diamonds or batches
 			}
 			if n > have {
 				hold := false
@@ -284,8 +288,8 @@ func soakProducer(ctx context.Context, args []string) error {
 					default:
 					}
 				}
-				if diamonds != nil {
-					err = diamonds.publish(ctx, record, have+1, n, hold)
+				if flows != nil {
+					err = flows.publish(ctx, record, have+1, n, hold)
 				} else {
 					err = produceBatch(ctx, db, produce, record, have+1, n, hold)
 				}

@@ -544,3 +544,31 @@ func TestDepsParentsFromMany(t *testing.T) {
 		}
 	})
 }
+
+// An operator's delete of a waiting row deletes its edges as child too; a
+// delete on a table without edges is unchanged (TestOperator*).
+func TestDepsOperatorDeleteDropsEdges(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		b := open(t, url)
+		table := depsTable(t, b)
+		q := inbox.MustQueue[Job](table)
+		parent := publishP(t, b, q, "parent", inbox.Delay(24*time.Hour))
+		child := publishP(t, b, q, "child", inbox.After(parent))
+		other := publishP(t, b, q, "other", inbox.After(parent))
+		if n := edgesOf(t, b.DB(), table); n != 2 {
+			t.Fatalf("%d edges after two publishes with After, want 2", n)
+		}
+		op := inbox.NewOperator(b)
+		ref := inbox.QueueRef{Table: table}
+		n, err := op.Delete(context.Background(), ref, inbox.Selection{IDs: []int64{child}})
+		if err != nil || n != 1 {
+			t.Fatalf("delete of the waiting row: %d, %v", n, err)
+		}
+		if n := edgesOf(t, b.DB(), table); n != 1 {
+			t.Fatalf("%d edges after the waiting row's delete, want 1 (the other child's)", n)
+		}
+		if present(t, b.DB(), table, parent, other) != 2 {
+			t.Fatal("the delete took rows it was not given")
+		}
+	})
+}

@@ -325,8 +325,10 @@ func (o *Operator) RunNow(ctx context.Context, ref QueueRef, sel Selection) (int
 	return o.change(ctx, ref, sel, StateDelayed, "run now", dialect.ChangeRunNow)
 }
 
-// Delete deletes ref's rows in sel that are available, delayed or parked;
-// held rows (perhaps in work) are left alone. On Postgres so are rows a
+// Delete deletes ref's rows in sel that are available, delayed, waiting or
+// parked; held rows (perhaps in work) are left alone. On a table with edges
+// (<table>_deps, see After) the deleted rows' edges as child go with them;
+// their children count the deletion as an ack (docs/workflows.md). On Postgres so are rows a
 // row-lock handler holds, whatever their locked_until; a row an advisory
 // handler holds cannot be told from its columns, so deleting it under a
 // running handler makes that handling's ack change nothing.
@@ -362,6 +364,12 @@ func (o *Operator) change(ctx context.Context, ref QueueRef, sel Selection, stat
 	n, err := o.changed(ctx, q)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: %s rows of %q: %w", what, ref.Table, err)
+	}
+	if n > 0 && c == dialect.ChangeDelete {
+		// The deleted rows' edges as children (<table>_deps) go with them.
+		if err := o.pruneDeps(ctx, t); err != nil {
+			return n, fmt.Errorf("inbox: %s rows of %q: %d deleted; delete their edges in %s: %w", what, ref.Table, n, dialect.DepsName(ref.Table), err)
+		}
 	}
 	if n > 0 && state != "" {
 		o.wake(ctx, ref.Table, ref.Group)

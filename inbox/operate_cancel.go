@@ -169,3 +169,17 @@ func (o *Operator) advisoryReads(ctx context.Context, table string) bool {
 	}
 	return false
 }
+
+// pruneDeps deletes the edges of t whose child is gone (none when t has no
+// table of edges).
+func (o *Operator) pruneDeps(ctx context.Context, t dialect.AdminTable) error {
+	q := o.b.d.PruneDeps(t)
+	err := o.b.write(ctx, false, func(ex execer) error {
+		_, err := ex.ExecContext(ctx, q.SQL, q.Args...)
+		return err
+	})
+	if dialect.IsMissingTable(o.b.d, err) {
+		return nil
+	}
+	return err
+}

@@ -392,3 +392,11 @@ func (s DepsSQL) Stranded() Call { return s.stranded.call(s.tm.Encode(Never)) }
 // Unheld reads up to StrandedBatch rows still waiting, one of whose edges
 // is settled, that no edge holds any more: Unblock releases them.
 func (s DepsSQL) Unheld() Call { return s.unheld.call(s.tm.Encode(Waiting)) }
+
+// PruneDeps deletes the edges of t whose child is gone: an operator's
+// delete of rows leaves no edge of theirs as child behind.
+func (d *Dialect) PruneDeps(t AdminTable) Call {
+	e := d.Quote(DepsName(unquote(t.Name)))
+	return d.text(fmt.Sprintf("DELETE FROM %s WHERE NOT EXISTS (SELECT 1 FROM %s WHERE %s.%s = %s.%s)",
+		e, t.Name, t.Name, t.ID, e, d.Quote(DepsChildColumn)), t.Times).call()
+}

@@ -142,15 +142,7 @@ func (o *Operator) stopIdle(ctx context.Context, ref QueueRef, t dialect.AdminTa
 // pruneCancels deletes the cancel requests of table whose rows are gone
 // or parked. A database without the registry has none.
 func (o *Operator) pruneCancels(ctx context.Context, t dialect.AdminTable, table string) error {
-	q := o.b.d.PruneCancels(t).Call(table)
-	err := o.b.write(ctx, false, func(ex execer) error {
-		_, err := ex.ExecContext(ctx, q.SQL, q.Args...)
-		return err
-	})
-	if dialect.IsMissingTable(o.b.d, err) {
-		return nil
-	}
-	return err
+	return o.prune(ctx, o.b.d.PruneCancels(t).Call(table))
 }
 
 // advisoryReads says whether a registered subscription of the advisory form
@@ -173,7 +165,12 @@ func (o *Operator) advisoryReads(ctx context.Context, table string) bool {
 // pruneDeps deletes the edges of t whose child is gone (none when t has no
 // table of edges).
 func (o *Operator) pruneDeps(ctx context.Context, t dialect.AdminTable) error {
-	q := o.b.d.PruneDeps(t)
+	return o.prune(ctx, o.b.d.PruneDeps(t))
+}
+
+// prune runs q, a delete of what a table left behind: nothing when the
+// table q deletes from does not exist.
+func (o *Operator) prune(ctx context.Context, q dialect.Call) error {
 	err := o.b.write(ctx, false, func(ex execer) error {
 		_, err := ex.ExecContext(ctx, q.SQL, q.Args...)
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -260,8 +261,11 @@ func TestRowClaimedAgainTellsTheRunningHandler(t *testing.T) {
 			t.Fatalf("within 30s: outcomes %v, want the lost handling and the ack", outcomes)
 		}
 	}
-	if outcomes[0] != inboxtype.Lost || outcomes[1] != inboxtype.Acked {
-		t.Errorf("outcomes %v, want [Lost Acked]", outcomes)
+	// Two outcomes, in either order: the second handling starts once the
+	// first returns (overlap counts that), but the first's event may be
+	// reported after the second's ack.
+	if !slices.Contains(outcomes, inboxtype.Lost) || !slices.Contains(outcomes, inboxtype.Acked) {
+		t.Errorf("outcomes %v, want the lost handling and the ack", outcomes)
 	}
 	mu.Lock()
 	defer mu.Unlock()

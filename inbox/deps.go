@@ -240,6 +240,11 @@ func waitFor(q *dialect.DepsSQL, child int64, cfg *publishConfig, query queryFun
 	parents := slices.Clone(cfg.after)
 	slices.Sort(parents)
 	parents = slices.Compact(parents)
+	if cfg.acksParents() {
+		// Written available: its one parent's ack commits with it.
+		edge := []dialect.ParentEdge{{Parent: parents[0], State: dialect.EdgeAcked}}
+		return run(q.AddEdges(child, int(cfg.policy), edge), query, exec)
+	}
 	type found struct {
 		parked  bool
 		lastErr string
@@ -294,6 +299,21 @@ func waitFor(q *dialect.DepsSQL, child int64, cfg *publishConfig, query queryFun
 		return run(q.Ready(child), query, exec)
 	}
 	return nil
+}
+
+// acksParents says the publish's transaction acks every parent After
+// names (the handler's own row, in its HandleTx): nothing to read or wait
+// for.
+func (c *publishConfig) acksParents() bool {
+	if c.ackedInTx == 0 {
+		return false
+	}
+	for _, p := range c.after {
+		if p != c.ackedInTx {
+			return false
+		}
+	}
+	return true
 }
 
 // waits says opts hold After.

@@ -208,6 +208,41 @@ func TestDepsChildInHandleTx(t *testing.T) {
 	})
 }
 
+// Children published in bulk (PublishManyTx) with After(the handled row)
+// in its HandleTx are written available too, and run.
+func TestDepsManyInHandleTx(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		b := open(t, url)
+		table := depsTable(t, b)
+		q := inbox.MustQueue[Job](table)
+		publishP(t, b, q, "parent")
+		childRan := make(chan int64, 3)
+		sub, err := inbox.SubscribeTx(b, q, func(ctx context.Context, tx *sql.Tx, j Job) error {
+			if string(j.Payload) == "child" {
+				childRan <- j.ID
+				return nil
+			}
+			kids := []Job{{Payload: []byte("child")}, {Payload: []byte("child")}, {Payload: []byte("child")}}
+			ids, err := inbox.PublishManyTx(ctx, b, tx, q, kids, inbox.After(j.ID))
+			if err != nil {
+				return err
+			}
+			for _, id := range ids {
+				var waiting int
+				if err := tx.QueryRow(fmt.Sprintf("SELECT CASE WHEN locked_until IS NULL THEN 0 ELSE 1 END FROM %s WHERE id = %d", table, id)).Scan(&waiting); err != nil || waiting != 0 {
+					t.Errorf("child %d of the row this transaction acks waits (%d, %v), want it available", id, waiting, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inboxtest.RunSubscription(t, sub)
+		receiveN(t, childRan, 3, "the children's handlings")
+	})
+}
+
 // A parked parent parks its children (recursively, the error naming the
 // parent), runs those published with RunChild and deletes those with
 // DeleteChild; a publish after the park applies the policy at once.

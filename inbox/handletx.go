@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 
 	"github.com/jmoiron/sqlx"
 
@@ -181,4 +182,14 @@ func ackedWith(ctx context.Context, tx any) int64 {
 		}
 	}
 	return 0
+}
+
+// ackedParent adds to opts the row whose ack commits with tx, if any (see
+// ackedWith).
+func ackedParent(ctx context.Context, tx any, opts []PublishOption) []PublishOption {
+	id := ackedWith(ctx, tx)
+	if id == 0 {
+		return opts
+	}
+	return append(slices.Clone(opts), func(c *publishConfig) { c.ackedInTx = id })
 }

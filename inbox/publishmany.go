@@ -99,6 +99,7 @@ func PublishManyTx[T any](ctx context.Context, b *Broker, tx any, q Queue[T], ro
 	default:
 		return nil, fmt.Errorf("inbox: %w: PublishManyTx takes a *sql.Tx, *sqlx.Tx or pgx.Tx, got %T", ErrInvalid, tx)
 	}
+	opts = ackedParent(ctx, tx, opts)
 	ids, err := publishMany(ctx, b, catalog, q, rows, opts, false, query, exec)
 	if err != nil && !errors.Is(err, ErrDuplicate) {
 		return nil, err
@@ -181,7 +182,9 @@ func publishMany[T any](ctx context.Context, b *Broker, catalog dialect.Querier,
 		if ds, err = b.publishDepsSQL(ctx, catalog, q.table, q.shape, plan.times); err != nil {
 			return nil, fmt.Errorf("inbox: publish many to %q with After: %w", q.table, err)
 		}
-		cfg.at = dialect.Waiting
+		if !cfg.acksParents() {
+			cfg.at = dialect.Waiting
+		}
 	}
 	ids, err := publishBatch(ctx, b, catalog, q, rows, cfg, plan, stamped, query, exec)
 	if ds == nil || (err != nil && !errors.Is(err, ErrDuplicate)) {

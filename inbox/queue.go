@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -235,9 +234,7 @@ func PublishTx[T any](ctx context.Context, b *Broker, tx any, q Queue[T], row T,
 	default:
 		return 0, fmt.Errorf("inbox: %w: PublishTx takes a *sql.Tx, *sqlx.Tx or pgx.Tx, got %T", ErrInvalid, tx)
 	}
-	if id := ackedWith(ctx, tx); id != 0 {
-		opts = append(slices.Clone(opts), func(c *publishConfig) { c.ackedInTx = id })
-	}
+	opts = ackedParent(ctx, tx, opts)
 	// Unstamped: this process's wake below may come before the commit, and
 	// the notification, delivered at commit, is the wake that finds the row.
 	id, err := publish(ctx, b, catalog, q, row, opts, false, func(query string, args ...any) scanner { return queryRow(query, args...) }, exec, query)
@@ -321,7 +318,9 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 		if ds, err = b.publishDepsSQL(ctx, catalog, q.table, q.shape, tm); err != nil {
 			return 0, fmt.Errorf("inbox: publish to %q with After: %w", q.table, err)
 		}
-		cfg.at = dialect.Waiting
+		if !cfg.acksParents() {
+			cfg.at = dialect.Waiting
+		}
 	}
 	ins, fields := b.insertSQL(q.table, q.shape, tm)
 	v := reflect.ValueOf(row)

@@ -473,7 +473,7 @@ func TestBrowserFailedJob(t *testing.T) {
 		s.seedMinutes()
 		ctx := browser(t)
 		do(t, ctx, "overview", chromedp.Navigate(s.url("")), chromedp.WaitVisible(`tr[data-queue="jobs"]`))
-		if got := text(t, ctx, `tr[data-queue="jobs"] td:nth-child(5)`); got != "1" {
+		if got := text(t, ctx, `tr[data-queue="jobs"] td:nth-child(6)`); got != "1" {
 			t.Errorf("the overview shows %q parked rows, want 1", got)
 		}
 		screenshot(t, ctx, "dashboard-failed-overview")

@@ -177,13 +177,12 @@ func TestClaimBlocksTakeAStoppedClaimersBlock(t *testing.T) {
 			close(blockDone)
 		}
 	})
-	subscribe := func(name string, handle func(Job)) func() {
+	subscribe := func(name string, handle func(context.Context, Job) error) func() {
 		// Rescans at a pace that takes the rest of a block (160 rows a
 		// rescan) well before one claimer of 8 no-op workers drains 24k rows.
 		b := f.broker(t, f.url, inbox.MaxConns(workers+2), inbox.PollInterval(50*time.Millisecond))
 		sub, err := inbox.Subscribe(b, f.queue, func(ctx context.Context, j Job) error {
-			handle(j)
-			return nil
+			return handle(ctx, j)
 		}, inbox.Form(s.form), inbox.Workers(workers), inbox.Name(name), observe)
 		if err != nil {
 			t.Fatal(err)
@@ -192,14 +191,25 @@ func TestClaimBlocksTakeAStoppedClaimersBlock(t *testing.T) {
 	}
 	// A stops a tenth of the way into a block past the first (which every
 	// claimer starts from), so most of that block is left when it stops.
+	// From that row on each of its handlers takes 5 ms (or until the stop):
+	// on a fast machine it drained the block before the stop landed. B
+	// starts once A has stopped.
 	var once sync.Once
-	midBlock := make(chan int64, 1)
-	stopA := subscribe("a", func(j Job) {
+	midBlock, halted := make(chan int64, 1), make(chan struct{})
+	stopA := subscribe("a", func(ctx context.Context, j Job) error {
 		if j.ID >= dialect.BlockIDs && j.ID%dialect.BlockIDs == dialect.BlockIDs/10 {
-			once.Do(func() { midBlock <- j.ID / dialect.BlockIDs })
+			once.Do(func() { midBlock <- j.ID / dialect.BlockIDs; close(halted) })
 		}
+		select {
+		case <-halted:
+			select {
+			case <-time.After(5 * time.Millisecond):
+			case <-ctx.Done():
+			}
+		default:
+		}
+		return nil
 	})
-	subscribe("b", func(Job) {})
 	var block int64
 	select {
 	case block = <-midBlock:
@@ -207,6 +217,8 @@ func TestClaimBlocksTakeAStoppedClaimersBlock(t *testing.T) {
 		t.Fatal("a handled no row a tenth of the way into a block in a minute")
 	}
 	stopA()
+	// B starts once A has stopped, so the rest of A's block is A's to leave.
+	subscribe("b", func(context.Context, Job) error { return nil })
 	mu.Lock()
 	watched = block
 	left := dialect.BlockIDs - perBlock[block]

@@ -19,7 +19,7 @@ import (
 // with the database's clock in the handling's transaction, so a sent row
 // is the row's ack and its time is just before the ack committed. The
 // verdict then asks that every row was acked exactly once, and that no
-// handling of a step began before every parent's ack (earlyNstarts).
+// handling of a step began before every parent's ack (early_starts).
 
 // With --workflow batches, the producer publishes --jobs batches, each ten
 // rows and their callback in one transaction (inbox.PublishBatchTx, the
@@ -30,7 +30,7 @@ import (
 // callback writes what inbox.ParentsFrom read in the batch table, in its
 // transaction. The verdict asks that every callback was acked exactly once,
 // that none began before each of its rows had an ack or a park record
-// (earlyNcallbacks), and that its counts are the batch's (wrong_counts).
+// (early_callbacks), and that its counts are the batch's (wrong_counts).
 
 // The workflows the soak knows.
 const (
@@ -205,7 +205,7 @@ func (r *soakRun) workflowVerdict(ctx context.Context) (string, []string, error)
 	if err != nil {
 		return "", nil, err
 	}
-	line := fmt.Sprintf(" workflow=%s diamonds=%d acked_not_once=%d earlyNstarts=%d d_handlings=%d min_step_gap_us=%d max_step_wait_ms=%d",
+	line := fmt.Sprintf(" workflow=%s diamonds=%d acked_not_once=%d early_starts=%d d_handlings=%d min_step_gap_us=%d max_step_wait_ms=%d",
 		r.c.workflow, r.c.jobs, notOnce, v.Early, v.DHandlings, v.MinGapUS, v.MaxWaitUS/1000)
 	var why []string
 	if notOnce > 0 {

@@ -607,3 +607,40 @@ func TestDepsOperatorDeleteDropsEdges(t *testing.T) {
 		}
 	})
 }
+
+// A cancel of a waiting row stops it at once, as a row not in work: parked
+// with the cancel as its last error, or deleted with its edges as child.
+func TestDepsCancelWaitingRow(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		b := open(t, url)
+		if err := migrations.ApplyRegistry(context.Background(), b.DB()); err != nil {
+			t.Fatal(err)
+		}
+		table := depsTable(t, b)
+		q := inbox.MustQueue[Job](table)
+		parent := publishP(t, b, q, "parent", inbox.Delay(24*time.Hour))
+		parked := publishP(t, b, q, "parked", inbox.After(parent))
+		deleted := publishP(t, b, q, "deleted", inbox.After(parent))
+		op := inbox.NewOperator(b)
+		ref := inbox.QueueRef{Table: table}
+		ctx := context.Background()
+		res, err := op.Cancel(ctx, ref, []int64{parked}, inbox.CancelOptions{Reason: "not needed"})
+		if err != nil || res.Stopped != 1 || res.InWork != 0 {
+			t.Fatalf("cancel of a waiting row: %+v, %v; want it stopped at once", res, err)
+		}
+		rows, err := op.Rows(ctx, ref, inbox.RowFilter{IDs: []int64{parked}})
+		if err != nil || len(rows) != 1 || rows[0].State != inbox.StateParked || !strings.Contains(rows[0].LastError, "not needed") {
+			t.Fatalf("the canceled waiting row: %+v, %v; want it parked with the cancel's reason", rows, err)
+		}
+		res, err = op.Cancel(ctx, ref, []int64{deleted}, inbox.CancelOptions{Delete: true})
+		if err != nil || res.Stopped != 1 {
+			t.Fatalf("cancel and delete of a waiting row: %+v, %v", res, err)
+		}
+		if present(t, b.DB(), table, deleted) != 0 {
+			t.Fatal("the row canceled with Delete is still there")
+		}
+		if n := edgesOf(t, b.DB(), table); n != 1 {
+			t.Fatalf("%d edges after the cancel with Delete, want 1 (the parked row's)", n)
+		}
+	})
+}

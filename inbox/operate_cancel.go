@@ -40,7 +40,8 @@ type CancelResult struct {
 // poll (RegistryCancelPoll). That instance then parks the row, with the
 // cancel as its last error, or deletes it where opts.Delete, whatever the
 // handler returns, fenced on its own claim: a cancel never parks a row a
-// later claim holds. A row not in work is parked (or deleted) at once.
+// later claim holds. A row not in work (available, delayed, or waiting
+// for its parents) is parked (or deleted, with its edges as child) at once.
 //
 // The request is recorded in the registry (migrations.ApplyRegistry), so
 // an instance that polls sees it, and a row whose holder died is
@@ -120,7 +121,8 @@ func (o *Operator) requestCancels(ctx context.Context, ref QueueRef, t dialect.A
 // returns how many it changed.
 func (o *Operator) stopIdle(ctx context.Context, ref QueueRef, t dialect.AdminTable, ids []int64, opts CancelOptions) (int64, error) {
 	f := o.filter(ref)
-	f.IDs, f.States = ids, []string{StateAvailable, StateDelayed}
+	// A waiting row is not in work either: it waits for its parents.
+	f.IDs, f.States = ids, []string{StateAvailable, StateDelayed, StateWaiting}
 	var q dialect.Call
 	var err error
 	if opts.Delete {
@@ -135,6 +137,11 @@ func (o *Operator) stopIdle(ctx context.Context, ref QueueRef, t dialect.AdminTa
 	n, err := o.changed(ctx, q)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: cancel rows of %q: %w", ref.Table, err)
+	}
+	if n > 0 && opts.Delete {
+		if err := o.pruneDeps(ctx, t); err != nil {
+			return n, fmt.Errorf("inbox: cancel rows of %q: %d deleted; delete their edges in %s: %w", ref.Table, n, dialect.DepsName(ref.Table), err)
+		}
 	}
 	return n, nil
 }

@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -50,8 +51,11 @@ func (l *limitConfig) kind() string {
 // The limit is named after the table and column ("table:column"): every
 // subscription of the table that limits that column shares it, whatever
 // its group. SharedLimit names one that several tables share. Run checks
-// that the column exists. Bound: a column name, n at least 1; not with
-// FairBy (Subscribe refuses the two together).
+// that the column exists. With a Rate too (of the same column or another),
+// a row is claimed only when both allow: a slot of the limit, freed when
+// the row is settled, and one of the rate, which lasts its window. Bound: a
+// column name, n at least 1; not with FairBy (Subscribe refuses the two
+// together).
 func Limit(column string, n int) SubOption {
 	return SharedLimit("", column, n)
 }
@@ -74,9 +78,6 @@ func SharedLimit(name, column string, n int) SubOption {
 				return fmt.Errorf("inbox: %w: SharedLimit(%q, %q, %d): %v", ErrInvalid, name, column, n, err)
 			}
 		}
-		if c.limit != nil && c.limit.per > 0 {
-			return fmt.Errorf("inbox: %w: Limit(%q, %d) with Rate(%q, ...) on one subscription: a limit and a rate are not served together yet; use one of them", ErrInvalid, column, n, c.limit.column)
-		}
 		c.limit = &limitConfig{name: name, column: column, max: n}
 		return nil
 	}
@@ -96,9 +97,9 @@ type LimitSlot struct {
 }
 
 // Limit returns the subscription's limit per key: its column and n, zero
-// values without one (and with a Rate: see Subscription.Rate).
+// values without one (a Rate is Subscription.Rate's).
 func (s *Subscription) Limit() (column string, n int) {
-	if l := s.cfg.limit; l != nil && l.per == 0 {
+	if l := s.cfg.limit; l != nil {
 		return l.column, l.max
 	}
 	return "", 0
@@ -108,44 +109,95 @@ type slotKey struct{}
 
 // SlotFrom returns the limit slot held by the handling whose context is
 // ctx, false when its subscription has no limit or its row's key is NULL.
+// A subscription with a Limit and a Rate returns the Limit's slot (the
+// Rate's where the row's key of the limit is NULL); SlotsFrom returns both.
 func SlotFrom(ctx context.Context) (LimitSlot, bool) {
-	s, ok := ctx.Value(slotKey{}).(LimitSlot)
-	return s, ok
+	s, ok := ctx.Value(slotKey{}).([]LimitSlot)
+	if !ok || len(s) == 0 {
+		return LimitSlot{}, false
+	}
+	return s[0], true
 }
 
-// checkLimit checks the limit's column and the slot table, and sets the
-// limit into t.
-func (s *Subscription) checkLimit(ctx context.Context, t *dialect.Table) error {
-	l := s.cfg.limit
+// SlotsFrom returns every slot the handling whose context is ctx holds:
+// its Limit's, then its Rate's (a rate's Fence is its take's time in
+// microseconds on the claimer's clock); nil without.
+func SlotsFrom(ctx context.Context) []LimitSlot {
+	s, _ := ctx.Value(slotKey{}).([]LimitSlot)
+	return slices.Clone(s)
+}
+
+// checkFlow refuses the flow options a subscription cannot serve together.
+func (c *subConfig) checkFlow() error {
+	for _, l := range []*limitConfig{c.limit, c.rate} {
+		if c.fairBy != "" && l != nil {
+			// The probe for the next value would meet values whose slots
+			// are all held and take their turn claiming nothing.
+			return fmt.Errorf("%w: FairBy(%q) with a %s on %q: FairBy's probe for the next value does not pass over the values whose slots are all held, so those would take turns that claim nothing; use one of them", ErrInvalid, c.fairBy, l.kind(), l.column)
+		}
+	}
+	if c.limit != nil && c.rate != nil && c.limit.name != "" && c.limit.name == c.rate.name {
+		return fmt.Errorf("%w: SharedLimit and SharedRate both named %q: a limit's slots and a rate's are told apart by their name; give each its own", ErrInvalid, c.limit.name)
+	}
+	return nil
+}
+
+// limiters are the subscription's limiters, the limit's before the
+// rate's; nil without.
+func (s *Subscription) limiters() []*slots.Limiter {
+	var out []*slots.Limiter
+	for _, l := range []*slots.Limiter{s.limiter, s.rater} {
+		if l != nil {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// checkLimits checks the columns of the subscription's limit and rate, and
+// the slot table, and sets them into t.
+func (s *Subscription) checkLimits(ctx context.Context, t *dialect.Table) error {
+	if s.cfg.limit == nil && s.cfg.rate == nil {
+		return nil
+	}
 	d := s.b.d
 	cols, err := d.Columns(ctx, s.b.db, s.table)
-	if err != nil {
-		return fmt.Errorf("inbox: subscription %q: %s on column %q: %w", s.cfg.name, l.kind(), l.column, err)
-	}
-	if !slices.ContainsFunc(cols, func(c dialect.Column) bool { return c.Name == l.column }) {
-		return tableError(s.table, []TableProblem{{Column: l.column,
-			Problem: fmt.Sprintf("does not exist, and subscription %q limits rows per value of it (inbox.%s)", s.cfg.name, l.kind()),
-			Fix:     fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s TEXT (or limit a column the table has)", d.Quote(s.table), d.Quote(l.column))}})
+	for _, l := range []*limitConfig{s.cfg.limit, s.cfg.rate} {
+		if l == nil {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("inbox: subscription %q: %s on column %q: %w", s.cfg.name, l.kind(), l.column, err)
+		}
+		if !slices.ContainsFunc(cols, func(c dialect.Column) bool { return c.Name == l.column }) {
+			return tableError(s.table, []TableProblem{{Column: l.column,
+				Problem: fmt.Sprintf("does not exist, and subscription %q limits rows per value of it (inbox.%s)", s.cfg.name, l.kind()),
+				Fix:     fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s TEXT (or limit a column the table has)", d.Quote(s.table), d.Quote(l.column))}})
+		}
+		name := s.limitName(l)
+		if l.name == "" {
+			if err := dialect.ValidLimitName(name); err != nil {
+				return fmt.Errorf("inbox: subscription %q: %w: %s(%q, %d): %v; name it with Shared%s", s.cfg.name, ErrInvalid, l.kind(), l.column, l.max, err, l.kind())
+			}
+		}
+		if dl := (dialect.Limit{Name: name, Key: d.Quote(l.column), Max: l.max, Per: l.per}); l.per > 0 {
+			t.Rate = dl
+		} else {
+			t.Limit = dl
+		}
 	}
 	q := d.Slots("").Probe()
 	var n int
 	if err := s.b.db.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&n); err != nil {
+		l := cmp.Or(s.cfg.limit, s.cfg.rate)
 		return fmt.Errorf("inbox: subscription %q: %s on column %q: the slot table %s cannot be read (create it with migrations.ApplyLimits(ctx, db)): %w", s.cfg.name, l.kind(), l.column, dialect.LimitTable, err)
 	}
-	name := s.limitName()
-	if l.name == "" {
-		if err := dialect.ValidLimitName(name); err != nil {
-			return fmt.Errorf("inbox: subscription %q: %w: %s(%q, %d): %v; name it with Shared%s", s.cfg.name, ErrInvalid, l.kind(), l.column, l.max, err, l.kind())
-		}
-	}
-	t.Limit = dialect.Limit{Name: name, Key: d.Quote(l.column), Max: l.max, Per: l.per}
 	return nil
 }
 
-// limitName is the name of the subscription's limit: SharedLimit's (or
+// limitName is the name of limit l of the subscription: SharedLimit's (or
 // SharedRate's), or "table:column" ("table:column:rate" for a Rate).
-func (s *Subscription) limitName() string {
-	l := s.cfg.limit
+func (s *Subscription) limitName(l *limitConfig) string {
 	switch {
 	case l.name != "":
 		return l.name
@@ -179,32 +231,40 @@ const LimitKindRate = "rate"
 // limitSpecs are the subscription's limits per key, nil without.
 func (s *Subscription) limitSpecs() []LimitSpec {
 	var out []LimitSpec
-	if l := s.cfg.limit; l != nil {
+	for _, l := range []*limitConfig{s.cfg.limit, s.cfg.rate} {
+		if l == nil {
+			continue
+		}
 		kind := LimitKindInWork
 		if l.per > 0 {
 			kind = LimitKindRate
 		}
-		out = append(out, LimitSpec{Kind: kind, Name: s.limitName(), Column: l.column, N: l.max, Per: l.per})
+		out = append(out, LimitSpec{Kind: kind, Name: s.limitName(l), Column: l.column, N: l.max, Per: l.per})
 	}
 	return out
 }
 
-// newLimiter makes the subscription's limiter once its form is made.
-func (s *Subscription) newLimiter(t dialect.Table, c contract.Claimer) {
+// newLimiters makes the subscription's limiters once its form is made.
+func (s *Subscription) newLimiters(t dialect.Table, c contract.Claimer) {
 	channel := ""
 	if s.b.listener != nil {
 		channel = s.table
 	}
-	s.limiter = slots.New(slots.Config{DB: s.b.db, SQL: s.b.d.Slots(channel), Writer: s.b.writer, Clock: s.b.clock,
-		Limit: t.Limit, Table: s.table, HoldExpires: c.Traits().HoldExpires, TTL: s.cfg.lease, Sweep: s.b.poll,
-		Freed: func() { s.b.hub.Wake(s.table, "") }, Log: s.b.log.With("subscription", s.cfg.name), Conflict: s.b.d.Conflict})
+	limiter := func(lim dialect.Limit) *slots.Limiter {
+		if !lim.On() {
+			return nil
+		}
+		return slots.New(slots.Config{DB: s.b.db, SQL: s.b.d.Slots(channel), Writer: s.b.writer, Clock: s.b.clock,
+			Limit: lim, Table: s.table, HoldExpires: c.Traits().HoldExpires, TTL: s.cfg.lease, Sweep: s.b.poll,
+			Freed: func() { s.b.hub.Wake(s.table, "") }, Log: s.b.log.With("subscription", s.cfg.name), Conflict: s.b.d.Conflict})
+	}
+	s.limiter, s.rater = limiter(t.Limit), limiter(t.Rate)
 }
 
-// limitClaims is the claim middleware of a limited subscription: it sweeps
-// expired slots, and gives the rows the form claimed their slots (see
+// limitClaims is the claim middleware of limiter l: it sweeps expired
+// slots, and gives the rows the form claimed their slots (see
 // slots.Limiter.Take).
-func (s *Subscription) limitClaims() engine.ClaimMiddleware {
-	l := s.limiter
+func (s *Subscription) limitClaims(l *slots.Limiter) engine.ClaimMiddleware {
 	return func(ctx context.Context, max int, next engine.ClaimFunc) ([]*contract.Job, error) {
 		l.BeforeClaim(ctx)
 		jobs, err := next(ctx, max)
@@ -226,8 +286,12 @@ func (s *Subscription) limitClaims() engine.ClaimMiddleware {
 // withSlot gives the handler's context the slot its job holds.
 func withSlot(handle func(context.Context, *contract.Job) error) func(context.Context, *contract.Job) error {
 	return func(ctx context.Context, j *contract.Job) error {
-		if sl, ok := slots.Of(j); ok {
-			ctx = context.WithValue(ctx, slotKey{}, LimitSlot(sl))
+		if sl := slots.Of(j); sl != nil {
+			held := make([]LimitSlot, len(sl))
+			for i, h := range sl {
+				held[i] = LimitSlot(h)
+			}
+			ctx = context.WithValue(ctx, slotKey{}, held)
 		}
 		return handle(ctx, j)
 	}

@@ -307,22 +307,28 @@ func (o *Operator) readWaiting(ctx context.Context, c dialect.Call, l *LimitUse,
 // (see KeyUse.Waiting), over at most CountLimit rows and the LimitKeys
 // fullest key values. It reads s's limit from s, not from the registry: a
 // service need not be registered. 0 for a subscription without a limit.
+// Of a subscription with a Limit and a Rate, the sum of both counts: a row
+// that waits on both is counted twice.
 func (o *Operator) LimitWaiting(ctx context.Context, s *Subscription) (int64, error) {
-	l := s.cfg.limit
-	if l == nil {
+	if s.cfg.limit == nil && s.cfg.rate == nil {
 		return 0, nil
 	}
 	held, err := o.limitsHeld(ctx)
 	if err != nil {
 		return 0, err
 	}
-	u := LimitUse{Name: s.limitName(), Keys: held[s.limitName()]}
-	if err := o.countWaiting(ctx, &u, &limitQueues{n: l.max, queues: []limitQueue{{ref: s.Queue(), column: l.column}}}); err != nil {
-		return 0, err
-	}
 	var n int64
-	for _, k := range u.Keys {
-		n += k.Waiting
+	for _, l := range []*limitConfig{s.cfg.limit, s.cfg.rate} {
+		if l == nil {
+			continue
+		}
+		u := LimitUse{Name: s.limitName(l), Keys: held[s.limitName(l)]}
+		if err := o.countWaiting(ctx, &u, &limitQueues{n: l.max, queues: []limitQueue{{ref: s.Queue(), column: l.column}}}); err != nil {
+			return 0, err
+		}
+		for _, k := range u.Keys {
+			n += k.Waiting
+		}
 	}
 	return n, nil
 }

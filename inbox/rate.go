@@ -58,15 +58,13 @@ func SharedRate(name, column string, n int, per time.Duration) SubOption {
 			return fmt.Errorf("inbox: %w: %s: give at least 1 start per window per value", ErrInvalid, call)
 		case per < time.Millisecond:
 			return fmt.Errorf("inbox: %w: %s: give a window of at least 1ms", ErrInvalid, call)
-		case c.limit != nil && c.limit.per == 0:
-			return fmt.Errorf("inbox: %w: %s with Limit(%q, ...) on one subscription: a limit and a rate are not served together yet; use one of them", ErrInvalid, call, c.limit.column)
 		}
 		if name != "" {
 			if err := dialect.ValidLimitName(name); err != nil {
 				return fmt.Errorf("inbox: %w: SharedRate(%q, %q, %d, %v): %v", ErrInvalid, name, column, n, per, err)
 			}
 		}
-		c.limit = &limitConfig{name: name, column: column, max: n, per: per}
+		c.rate = &limitConfig{name: name, column: column, max: n, per: per}
 		return nil
 	}
 }
@@ -74,7 +72,7 @@ func SharedRate(name, column string, n int, per time.Duration) SubOption {
 // Rate returns the subscription's rate per key: its column, n and window,
 // zero values without one.
 func (s *Subscription) Rate() (column string, n int, per time.Duration) {
-	if l := s.cfg.limit; l != nil && l.per > 0 {
+	if l := s.cfg.rate; l != nil {
 		return l.column, l.max, l.per
 	}
 	return "", 0, 0

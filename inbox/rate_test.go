@@ -35,7 +35,11 @@ func (s *starts) start(t *testing.T, ctx context.Context, key string) {
 		t.Errorf("handler of key %q holds slot %+v (%v)", key, sl, ok)
 		return
 	}
-	took := time.UnixMicro(sl.Fence)
+	s.record(key, now, time.UnixMicro(sl.Fence))
+}
+
+// record records a start of key at now, whose slot was taken at took.
+func (s *starts) record(key string, now, took time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.at[key] = append(s.at[key], now)
@@ -217,16 +221,15 @@ func TestRateWindowOnTheClock(t *testing.T) {
 	})
 }
 
-// Bad rates are refused at Subscribe, naming the option; a limit and a rate
-// together, in either order, and a rate with FairBy too.
+// Bad rates are refused at Subscribe, naming the option; a rate with
+// FairBy too, saying why.
 func TestRateRefusals(t *testing.T) {
 	b := open(t, inboxtest.SQLite(t))
 	q := inbox.MustQueue[Job]("jobs")
 	h := func(context.Context, Job) error { return nil }
 	for _, o := range [][]inbox.SubOption{{inbox.Rate("customer", 0, time.Second)}, {inbox.Rate("", 1, time.Second)},
 		{inbox.Rate("customer", 1, 0)}, {inbox.SharedRate("bad name", "customer", 1, time.Second)},
-		{inbox.Limit("customer", 1), inbox.Rate("customer", 1, time.Second)}, {inbox.Rate("customer", 1, time.Second), inbox.Limit("customer", 1)},
-		{inbox.Rate("customer", 1, time.Second), inbox.FairBy("customer")}} {
+		{inbox.Rate("customer", 1, time.Second), inbox.FairBy("customer")}, {inbox.FairBy("customer"), inbox.Rate("customer", 1, time.Second)}} {
 		_, err := inbox.Subscribe(b, q, h, o...)
 		if !errors.Is(err, inbox.ErrInvalid) {
 			t.Errorf("Subscribe: %v, want ErrInvalid", err)
@@ -243,6 +246,10 @@ func TestRateRefusals(t *testing.T) {
 	}
 	if c, n := sub.Limit(); c != "" || n != 0 {
 		t.Fatalf("Limit() = %q, %d on a subscription with a rate", c, n)
+	}
+	_, err = inbox.Subscribe(b, q, h, inbox.FairBy("customer"), inbox.Rate("customer", 1, time.Second))
+	if err == nil || !strings.Contains(err.Error(), "probe") {
+		t.Errorf("Subscribe with FairBy and Rate: %v, want an error saying why", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,8 +45,9 @@ type subConfig struct {
 	timeout     time.Duration
 	name        string
 	observe     func(Event)
-	fairBy      string // FairBy's column; "" for claims in claim order
-	limit       *limitConfig
+	fairBy      string        // FairBy's column; "" for claims in claim order
+	limit       *limitConfig  // Limit's; nil without
+	rate        *limitConfig  // Rate's; nil without
 	history     time.Duration // History's retention; zero for none
 }
 
@@ -188,9 +190,10 @@ type Subscription struct {
 	handleJob func(ctx context.Context, j *iclaim.Job) error
 
 	claimer iclaim.Claimer
-	// limiter keeps the subscription's Limit; nil without one.
-	limiter *slots.Limiter
-	history *iclaim.History // where acks move rows (History); nil: they delete
+	// limiter keeps the subscription's Limit, rater its Rate; nil
+	// without.
+	limiter, rater *slots.Limiter
+	history        *iclaim.History // where acks move rows (History); nil: they delete
 	// releaser releases the children of acked rows where the table has
 	// edges (After); nil without.
 	releaser *deps.Releaser
@@ -240,8 +243,8 @@ type Stats = inboxtype.Stats
 // fallback.
 func (s *Subscription) Stats() Stats {
 	st := s.stats.Read()
-	if s.limiter != nil {
-		st.LimitRefused = s.limiter.Refused()
+	for _, l := range s.limiters() {
+		st.LimitRefused += l.Refused()
 	}
 	st.PickupFallback = s.b.pickup.Fallback
 	return st
@@ -281,10 +284,8 @@ func Subscribe[T any](b *Broker, q Queue[T], h Handler[T], opts ...SubOption) (*
 	if q.group != "" && q.shape.column(RoleGroup) == "" {
 		return nil, fmt.Errorf("inbox: subscription %q: %w: queue has group %q but %v tags no group column (`inbox:\"group\"`)", cfg.name, ErrInvalid, q.group, q.shape.typ)
 	}
-	if cfg.fairBy != "" && cfg.limit != nil {
-		// The probe for the next value would meet values whose slots are all
-		// held and claim nothing from them: not served yet.
-		return nil, fmt.Errorf("inbox: subscription %q: %w: FairBy(%q) with a %s on %q: the two are not served together yet; use one of them", cfg.name, ErrInvalid, cfg.fairBy, cfg.limit.kind(), cfg.limit.column)
+	if err := cfg.checkFlow(); err != nil {
+		return nil, fmt.Errorf("inbox: subscription %q: %w", cfg.name, err)
 	}
 	if cfg.fairBy != "" && q.group != "" {
 		return nil, fmt.Errorf("inbox: subscription %q: %w: FairBy(%q) on a queue of group %q: its rows share one group already; subscribe to the whole table (no Group) to share claims between its values", cfg.name, ErrInvalid, cfg.fairBy, q.group)
@@ -308,10 +309,8 @@ func (s *Subscription) check(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if s.cfg.limit != nil {
-		if err := s.checkLimit(ctx, &t.Table); err != nil {
-			return err
-		}
+	if err := s.checkLimits(ctx, &t.Table); err != nil {
+		return err
 	}
 	env := iclaim.Env{DB: s.b.db, Stmts: s.b.stmts, Writer: s.b.writer, Dialect: s.b.d, Table: t, SQL: s.b.inboxSQL(t), Clock: s.b.clock,
 		Lease: s.cfg.lease, Rescan: s.b.poll, Conns: s.b.claimConns(), Budget: s.b.budget, Transactional: s.handleJob != nil}
@@ -340,9 +339,7 @@ func (s *Subscription) check(ctx context.Context) error {
 		return fmt.Errorf("inbox: subscription %q: %w", s.cfg.name, err)
 	}
 	s.claimer, s.history = c, env.History
-	if s.cfg.limit != nil {
-		s.newLimiter(t.Table, c)
-	}
+	s.newLimiters(t.Table, c)
 	return nil
 }
 
@@ -362,7 +359,7 @@ func (s *Subscription) Run(ctx context.Context) error {
 	defer waiter.Close()
 	s.eng.Store(e)
 	defer s.eng.Store(nil)
-	if s.limiter != nil {
+	if s.limiters() != nil {
 		defer s.beat(ctx)()
 	}
 	if s.history != nil {
@@ -375,16 +372,26 @@ func (s *Subscription) Run(ctx context.Context) error {
 	return nil
 }
 
-// beat runs the limiter's heartbeat until the func it returns is called,
+// beat runs the limiters' heartbeats until the func it returns is called,
 // which then waits for the slots freed so far to be written: the slots of
 // rows in work outlive ctx by the shutdown timeout.
 //
 //go:noinline
 func (s *Subscription) beat(ctx context.Context) func() {
 	beat, stop := context.WithCancel(context.WithoutCancel(ctx))
-	beating := make(chan struct{})
-	go func() { defer close(beating); s.limiter.Heartbeat(beat) }()
-	return func() { stop(); <-beating; s.limiter.Stop(); s.limiter.Wait() }
+	var beating sync.WaitGroup
+	ls := s.limiters()
+	for _, l := range ls {
+		beating.Go(func() { l.Heartbeat(beat) })
+	}
+	return func() {
+		stop()
+		beating.Wait()
+		for _, l := range ls {
+			l.Stop()
+			l.Wait()
+		}
+	}
 }
 
 // start checks the table (once), subscribes to wakes and makes the
@@ -440,14 +447,14 @@ func (s *Subscription) engineConfig(wakes <-chan struct{}) engine.Config {
 	c := engine.Config{Name: s.cfg.name, Table: s.table, Workers: s.cfg.workers, MaxAttempts: s.cfg.maxAttempts,
 		Counts: s.shape.column(RoleAttempts) != "", Backoff: s.cfg.backoff,
 		Lease: s.cfg.lease, Timeout: s.cfg.timeout, Shutdown: s.cfg.shutdown, Poll: s.b.poll,
-		Ordered: s.shape.column(RolePriority) != "" || s.limiter != nil, Conns: s.b.claimConns(), Clock: s.b.clock, Log: s.b.log,
+		Ordered: s.shape.column(RolePriority) != "" || s.limiters() != nil, Conns: s.b.claimConns(), Clock: s.b.clock, Log: s.b.log,
 		Claimer: s.claimer, Wakes: wakes, Counters: &s.stats, Idle: s.idle, Poller: s.poller, Group: s.group}
 	c.Handle = func(ctx context.Context, j *iclaim.Job) error { return s.handle(ctx, j.Value) }
 	if s.handleJob != nil {
 		c.Handle = s.handleJob
 	}
 	c.Handle = s.started(c.Handle)
-	if s.limiter != nil {
+	if s.limiters() != nil {
 		c.Handle = withSlot(c.Handle)
 	}
 	if s.releaser != nil {
@@ -456,9 +463,15 @@ func (s *Subscription) engineConfig(wakes <-chan struct{}) engine.Config {
 	c.Prepare = func(j *iclaim.Job) { s.shape.setLease(reflect.ValueOf(j.Value).Elem(), j.Lease) }
 	c.ErrorVerdict = errorVerdict
 	c.ClaimMiddleware = s.deco.claims
-	if s.limiter != nil {
-		// Innermost: what the hooks report claimed is what starts.
-		c.ClaimMiddleware = append(slices.Clone(c.ClaimMiddleware), s.limitClaims())
+	if ls := s.limiters(); ls != nil {
+		// Innermost: what the hooks report claimed is what starts. The rate
+		// outside the limit: a row takes its limit's slot first, which a
+		// rate's refusal frees as it gives the row back, where a rate's
+		// slot once taken lasts its window.
+		c.ClaimMiddleware = slices.Clone(c.ClaimMiddleware)
+		for _, l := range slices.Backward(ls) {
+			c.ClaimMiddleware = append(c.ClaimMiddleware, s.limitClaims(l))
+		}
 	}
 	if s.releaser != nil {
 		// Innermost, on the form's own settlers: a limit's slot wraps it.

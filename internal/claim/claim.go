@@ -141,6 +141,7 @@ type Scanner struct {
 	lease any
 	att   sql.NullInt64
 	key   sql.NullString
+	rate  sql.NullString // the rate's key
 	jobs  []Job
 }
 
@@ -158,16 +159,19 @@ func (s *Scanner) Scan(scan func(dest ...any) error) (*Job, error) {
 	j := &s.jobs[len(s.jobs)-1]
 	s.lease, s.att = nil, sql.NullInt64{}
 	value, dest := s.t.New(append(s.dest[:0], &j.ID, &s.lease, &s.att))
+	s.key, s.rate = sql.NullString{}, sql.NullString{}
 	if s.t.Limit.On() {
-		s.key = sql.NullString{}
 		dest = append(dest, &s.key)
+	}
+	if s.t.Rate.On() {
+		dest = append(dest, &s.rate)
 	}
 	s.dest = dest
 	if err := scan(dest...); err != nil {
 		// Scan again (database/sql allows it on the same row) with the
 		// user's fields discarded, to learn which row it is.
 		for i := 3; i < len(dest); i++ {
-			if dest[i] != &s.key {
+			if dest[i] != &s.key && dest[i] != &s.rate {
 				dest[i] = new(any)
 			}
 		}
@@ -182,6 +186,7 @@ func (s *Scanner) Scan(scan func(dest ...any) error) (*Job, error) {
 	}
 	j.Lease, j.Attempts, j.Value = at, int(s.att.Int64), value
 	j.Key, j.Keyed = s.key.String, s.key.Valid
+	j.RateKey, j.RateKeyed = s.rate.String, s.rate.Valid
 	clear(s.dest) // hold no user value past its row
 	return j, nil
 }

@@ -26,10 +26,14 @@ type Table struct {
 	// Blocks is the table's block sequence, quoted, "" for none: claims of
 	// a backlog then take blocks of ids from it (see InboxSQL.Ticket).
 	Blocks string
-	// Limit is the subscription's limit per key value (see limit.go), zero
-	// for none: claims pass over the rows of a key value whose slots are
-	// all taken, and return the key as text after Columns.
+	// Limit is the subscription's limit of rows in work per key value (see
+	// limit.go), zero for none: claims pass over the rows of a key value
+	// whose slots are all taken, and return the key as text after Columns.
 	Limit Limit
+	// Rate is the subscription's rate per key value (a Limit with Per set),
+	// zero for none: claims pass over the rows of a key value whose window
+	// is full too, and return its key as text after Limit's.
+	Rate Limit
 }
 
 // InboxSQL is every statement the claim forms run on one table. Each is a

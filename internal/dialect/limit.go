@@ -81,11 +81,16 @@ func (d *Dialect) keyText(col string) string {
 	return "CAST(" + col + " AS TEXT)"
 }
 
-// limitCond is the claim's condition (and its AND) that a row's key value
-// has a slot left: rows whose key is NULL are not limited. It counts the
-// slots held, live or expired: the sweep frees expired ones.
+// limitCond is the claim's condition (and its AND) that a row's key values
+// have a slot left, of the limit and of the rate where the table has them:
+// rows whose key is NULL are not limited by it.
 func (w inboxTable) limitCond() string {
-	l := w.t.Limit
+	return w.slotCond(w.t.Limit) + w.slotCond(w.t.Rate)
+}
+
+// slotCond is limitCond for one limit. It counts the slots held, live or
+// expired: the sweep frees expired ones.
+func (w inboxTable) slotCond(l Limit) string {
 	if !l.On() {
 		return ""
 	}
@@ -103,13 +108,16 @@ func (w inboxTable) limitCond() string {
 		k, LimitTable, l.Name, w.d.keyText(k), l.Max)
 }
 
-// limitReturning is what a claim returns after the table's columns where it
-// has a limit: the key as text.
+// limitReturning is what a claim returns after the table's columns: the
+// limit's key as text where it has one, then the rate's.
 func (w inboxTable) limitReturning() string {
-	if !w.t.Limit.On() {
-		return ""
+	var r string
+	for _, l := range []Limit{w.t.Limit, w.t.Rate} {
+		if l.On() {
+			r += ", " + w.d.keyText(w.t.Name+"."+l.Key)
+		}
 	}
-	return ", " + w.d.keyText(w.t.Name+"."+w.t.Limit.Key)
+	return r
 }
 
 // FreeRowsAfter is how long a free slot's row stays for the next take of

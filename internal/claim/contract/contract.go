@@ -142,6 +142,10 @@ type Job struct {
 	// limited).
 	Key   string
 	Keyed bool
+	// RateKey is Key for the subscription's rate per key, which may read
+	// another column.
+	RateKey   string
+	RateKeyed bool
 	Settler
 }
 

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,21 +108,32 @@ type Slot struct {
 	Fence int64
 }
 
-// Of returns the slot the job's settler holds, if any.
-func Of(j *contract.Job) (Slot, bool) {
-	if s, ok := j.Settler.(interface{ slot() *slotted }); ok {
-		h := s.slot()
-		return Slot{Limit: h.l.cfg.Limit.Name, Key: h.h.Key, Slot: h.h.Slot, Fence: h.h.Fence}, true
+// Of returns the slots the job's settler holds, the limit's before the
+// rate's (the rate's settler wraps the limit's); none without.
+func Of(j *contract.Job) []Slot {
+	var out []Slot
+	for s := j.Settler; ; {
+		w, ok := s.(interface{ slot() *slotted })
+		if !ok {
+			break
+		}
+		h := w.slot()
+		out = append(out, Slot{Limit: h.l.cfg.Limit.Name, Key: h.h.Key, Slot: h.h.Slot, Fence: h.h.Fence})
+		s = h.Settler
 	}
-	return Slot{}, false
+	slices.Reverse(out)
+	return out
 }
 
-// Unwrap returns the form's own settler of a job that holds a slot.
+// Unwrap returns the form's own settler of a job that holds slots.
 func Unwrap(s contract.Settler) contract.Settler {
-	if w, ok := s.(interface{ slot() *slotted }); ok {
-		return w.slot().Settler
+	for {
+		w, ok := s.(interface{ slot() *slotted })
+		if !ok {
+			return s
+		}
+		s = w.slot().Settler
 	}
-	return s
 }
 
 // pruneEvery is how often a limiter deletes the rows of slots free for
@@ -184,7 +196,7 @@ func (l *Limiter) Take(ctx context.Context, jobs []*contract.Job) ([]*contract.J
 	var keyed []*contract.Job
 	out := jobs[:0:0]
 	for _, j := range jobs {
-		if j.Keyed && j.Err == nil {
+		if _, ok := l.keyOf(j); ok && j.Err == nil {
 			keyed = append(keyed, j)
 		} else {
 			out = append(out, j)
@@ -218,9 +230,9 @@ func (l *Limiter) take(ctx context.Context, jobs []*contract.Job) (map[int64]dia
 	seen := map[string]bool{}
 	var keys []string
 	for _, j := range jobs {
-		if !seen[j.Key] {
-			seen[j.Key] = true
-			keys = append(keys, j.Key)
+		if k, _ := l.keyOf(j); !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
 		}
 	}
 	used := map[string]map[int]bool{}
@@ -251,15 +263,16 @@ func (l *Limiter) take(ctx context.Context, jobs []*contract.Job) (map[int64]dia
 	fence := l.nextFence(now)
 	var want []dialect.SlotWant
 	for _, j := range jobs {
-		u := used[j.Key]
+		k, _ := l.keyOf(j)
+		u := used[k]
 		if u == nil {
 			u = map[int]bool{}
-			used[j.Key] = u
+			used[k] = u
 		}
 		for s := 0; s < lim.Max; s++ {
 			if !u[s] {
 				u[s] = true
-				want = append(want, dialect.SlotWant{Key: j.Key, Slot: s, RowID: j.ID, Expires: l.expires(j, now)})
+				want = append(want, dialect.SlotWant{Key: k, Slot: s, RowID: j.ID, Expires: l.expires(j, now)})
 				break
 			}
 		}
@@ -294,6 +307,15 @@ func (l *Limiter) take(ctx context.Context, jobs []*contract.Job) (map[int64]dia
 		l.mu.Unlock()
 	}
 	return won, nil
+}
+
+// keyOf is the job's key value of this limiter: a rate's key, or a
+// limit's; false where it is NULL (the row is not limited by it).
+func (l *Limiter) keyOf(j *contract.Job) (string, bool) {
+	if l.rate() {
+		return j.RateKey, j.RateKeyed
+	}
+	return j.Key, j.Keyed
 }
 
 // expires is when the slot of a job taken at now ends: with its lease, or

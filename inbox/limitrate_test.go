@@ -1,0 +1,151 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqlinbox/sqlinbox/inbox"
+	"github.com/sqlinbox/sqlinbox/inboxtest"
+	"github.com/sqlinbox/sqlinbox/internal/claim"
+)
+
+// AccountJob is KeyedJob with an account column beside the customer.
+type AccountJob struct {
+	ID          int64      `db:"id" inbox:"id,generated"`
+	LockedUntil *time.Time `db:"locked_until" inbox:"locked_until"`
+	Payload     []byte     `db:"payload" inbox:"payload"`
+	Attempts    int        `db:"attempts" inbox:"attempts"`
+	Customer    string     `db:"customer"`
+	Account     string     `db:"account"`
+}
+
+// accountOf is the account of customers a, b (p) and c (q).
+func accountOf(customer string) string {
+	if customer == "c" {
+		return "q"
+	}
+	return "p"
+}
+
+// Two instances drain 45 rows over 3 customers under Limit 2 and Rate 5 a
+// second, the rate on the customer column too: never more than 2 rows of a
+// customer in work (from the handlers' start and end), never more than 5
+// slots of the rate taken in any second (from the rate's slot fences, the
+// takes' times), every row handled once at its first attempt (rows held
+// back used none), the limit's slots all freed.
+func TestLimitAndRateOnOneColumn(t *testing.T) {
+	eachLimitCase(t, func(t *testing.T, form claim.Form, url string) { limitAndRate(t, form, url, "customer") })
+}
+
+// The same with the rate on another column: customers a and b share
+// account p, c has q, and the rate caps the starts per account.
+func TestLimitAndRateOnTwoColumns(t *testing.T) {
+	eachLimitCase(t, func(t *testing.T, form claim.Form, url string) { limitAndRate(t, form, url, "account") })
+}
+
+func limitAndRate(t *testing.T, form claim.Form, url, rateColumn string) {
+	const limit, n, per, each = 2, 5, time.Second, 15
+	b := open(t, url, inbox.PollInterval(time.Minute))
+	table := keyedTable(t, b)
+	if _, err := b.DB().Exec("ALTER TABLE " + table + " ADD COLUMN account VARCHAR(64)"); err != nil {
+		t.Fatal(err)
+	}
+	b2 := open(t, url, inbox.PollInterval(time.Minute))
+	for range each {
+		for _, c := range []string{"a", "b", "c"} {
+			if _, err := b.DB().Exec("INSERT INTO "+table+" (payload, customer, account) VALUES ('p', "+param(b.DB(), 1)+", "+param(b.DB(), 2)+")", c, accountOf(c)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	w := newInWork(t, limit)
+	s := newStarts()
+	var mu sync.Mutex
+	handled := map[int64]int{}
+	ev := inboxtest.NewEvents(t)
+	handle := func(ctx context.Context, j AccountJob) error {
+		w.start(ctx, j.Customer)
+		defer w.end(j.Customer)
+		rateKey := j.Customer
+		if rateColumn == "account" {
+			rateKey = j.Account
+		}
+		held := inbox.SlotsFrom(ctx)
+		if len(held) != 2 || !strings.HasSuffix(held[1].Limit, ":rate") || held[1].Key != rateKey {
+			t.Errorf("row %d (customer %q, account %q) holds slots %+v, want its limit's then its rate's of key %q", j.ID, j.Customer, j.Account, held, rateKey)
+		} else {
+			s.record(rateKey, time.Now(), time.UnixMicro(held[1].Fence))
+		}
+		if j.Attempts != 1 {
+			t.Errorf("row %d handled at attempt %d, want 1", j.ID, j.Attempts)
+		}
+		mu.Lock()
+		handled[j.ID]++
+		mu.Unlock()
+		time.Sleep(100 * time.Millisecond) // the handler's work: the limit binds within a window
+		return nil
+	}
+	for _, br := range []*inbox.Broker{b, b2} {
+		sub, err := inbox.Subscribe(br, inbox.MustQueue[AccountJob](table), handle, inbox.Form(form), inbox.Workers(4),
+			inbox.Limit("customer", limit), inbox.Rate(rateColumn, n, per), ev.Observe())
+		if err != nil {
+			t.Fatal(err)
+		}
+		inboxtest.RunSubscription(t, sub)
+	}
+	evs := ev.Wait("every row acked", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) == 3*each })
+	if got := len(evs); got != 3*each {
+		t.Fatalf("%d events, want %d acks and nothing else: %v", got, 3*each, evs)
+	}
+	mu.Lock()
+	for id, c := range handled {
+		if c != 1 {
+			t.Errorf("row %d handled %d times", id, c)
+		}
+	}
+	if len(handled) != 3*each {
+		t.Errorf("%d rows handled, want %d", len(handled), 3*each)
+	}
+	mu.Unlock()
+	w.mu.Lock()
+	t.Logf("peak in work per customer: %v (limit %d)", w.peak, limit)
+	w.mu.Unlock()
+	s.check(t, n, per, 10*time.Second)
+	if got := rowsOf(t, b.DB(), table); got != 0 {
+		t.Fatalf("%d rows left", got)
+	}
+	eventually(t, "the limit's slots freed", func() bool {
+		return rowsOf(t, b.DB(), "sqlinbox_limit_slots WHERE holder <> '' AND limit_name = '"+table+":customer'") == 0
+	})
+}
+
+// FairBy with a Limit or a Rate, and a SharedLimit and a SharedRate of one
+// name, are refused at Subscribe, saying why; a Limit and a Rate together
+// are not.
+func TestLimitAndRateRefusals(t *testing.T) {
+	b := open(t, inboxtest.SQLite(t))
+	q := inbox.MustQueue[Job]("jobs")
+	h := func(context.Context, Job) error { return nil }
+	for _, o := range [][]inbox.SubOption{{inbox.Limit("customer", 1), inbox.FairBy("customer")},
+		{inbox.SharedLimit("shared", "customer", 1), inbox.SharedRate("shared", "customer", 1, time.Second)}} {
+		if _, err := inbox.Subscribe(b, q, h, o...); !errors.Is(err, inbox.ErrInvalid) {
+			t.Errorf("Subscribe: %v, want ErrInvalid", err)
+		} else {
+			t.Log(err)
+		}
+	}
+	sub, err := inbox.Subscribe(b, q, h, inbox.Rate("account", 5, time.Minute), inbox.Limit("customer", 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, n := sub.Limit(); c != "customer" || n != 2 {
+		t.Errorf("Limit() = %q, %d", c, n)
+	}
+	if c, n, per := sub.Rate(); c != "account" || n != 5 || per != time.Minute {
+		t.Errorf("Rate() = %q, %d, %v", c, n, per)
+	}
+}

@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/migrations"
 )
 
 // AccountJob is KeyedJob with an account column beside the customer.
@@ -148,4 +150,57 @@ func TestLimitAndRateRefusals(t *testing.T) {
 	if c, n, per := sub.Rate(); c != "account" || n != 5 || per != time.Minute {
 		t.Errorf("Rate() = %q, %d, %v", c, n, per)
 	}
+}
+
+// Operator.Limits shows a subscription's Limit and Rate as two limits, each
+// with its n and its slots: with a limit of 1 and a rate of 2 an hour,
+// after one row acked and one in work, key a holds 1 slot of the limit and
+// 2 of the rate, and its 3 other rows wait on both.
+func TestOperatorLimitAndRate(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		b := open(t, url, inbox.PollInterval(200*time.Millisecond))
+		ctx := context.Background()
+		table := keyedTable(t, b)
+		if err := migrations.ApplyRegistry(ctx, b.DB()); err != nil {
+			t.Fatal(err)
+		}
+		insertKeyed(t, b.DB(), table, "a", "a", "a", "a", "a")
+		svc := inbox.NewService("tenants", "1", b)
+		svc.Signals = false
+		if err := svc.Register(inbox.RegistryHeartbeat(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		started := make(chan int64, 5)
+		release := make(chan struct{}, 5)
+		sub, err := inbox.Handle(svc, inbox.MustQueue[KeyedJob](table), func(ctx context.Context, j KeyedJob) error {
+			started <- j.ID
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		}, inbox.Workers(4), inbox.Limit("customer", 1), inbox.Rate("customer", 2, time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inboxtest.StartLive(t, svc)
+		receiveN(t, started, 1, "the first row")
+		release <- struct{}{}
+		receiveN(t, started, 1, "the second row, once the first freed its limit's slot")
+		want := []inbox.LimitUse{
+			{Name: table + ":customer", Column: "customer", N: 1, Tables: []string{table}, Keys: []inbox.KeyUse{{Key: "a", Held: 1, Waiting: 3}}},
+			{Name: table + ":customer:rate", Column: "customer", N: 2, Per: time.Hour, Tables: []string{table}, Keys: []inbox.KeyUse{{Key: "a", Held: 2, Waiting: 3}}}}
+		var ls []inbox.LimitUse
+		eventually(t, "the limit and the rate in Operator.Limits", func() bool {
+			ls, err = inbox.NewOperator(b).Limits(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return reflect.DeepEqual(ls, want)
+		})
+		if n, err := inbox.NewOperator(b).LimitWaiting(ctx, sub); err != nil || n != 6 {
+			t.Fatalf("LimitWaiting = %d, %v; want 6 (3 rows waiting on each)", n, err)
+		}
+		close(release)
+	})
 }

@@ -35,9 +35,13 @@ import (
 // the starts in the last window (Expired: older ones the next claim
 // frees). The rate is named after the table and column
 // ("table:column:rate"); SharedRate names one that several tables share.
-// Run checks that the column exists. Bound: a column name, n at least 1,
-// per at least a millisecond; not with Limit or FairBy on the same
-// subscription (Subscribe refuses them together).
+// Run checks that the column exists. With a Limit too (of the same column
+// or another), a row is claimed only when both allow: it takes the limit's
+// slot, then the rate's; a row that another claimer beat to its rate's
+// slot is given back with its limit's slot freed. Bound: a column name, n
+// at least 1, per at least a millisecond; not with FairBy (Subscribe
+// refuses the two together), nor under the name of the subscription's
+// SharedLimit.
 func Rate(column string, n int, per time.Duration) SubOption {
 	return SharedRate("", column, n, per)
 }

@@ -38,9 +38,9 @@ func subscribeRenders(b *inbox.Broker, render func(ctx context.Context, job Rend
 	}, inbox.Workers(8), inbox.Limit("customer_id", 2))
 }
 
-// The flow-control guide's sample: 8 workers, 3 customers of 6 renders
-// each, never more than 2 of a customer at once.
-func TestRenderLimit(t *testing.T) {
+// renderTable makes render_jobs with 18 rows, 6 of each of 3 customers,
+// and the slot table, on a database of its own; its URL.
+func renderTable(t *testing.T) string {
 	ctx := context.Background()
 	url := inboxtest.SQLite(t)
 	db := inboxtest.Open(t, url)
@@ -55,34 +55,83 @@ func TestRenderLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b := inboxtest.NewBroker(t, url)
-	var mu sync.Mutex
-	now, done := map[string]int{}, make(chan struct{}, 18)
-	sub, err := subscribeRenders(b, func(ctx context.Context, job RenderJob, fence int64) error {
-		mu.Lock()
-		now[job.CustomerID]++
-		if now[job.CustomerID] > 2 || fence <= 0 {
-			t.Errorf("customer %s: %d renders at once, fence %d", job.CustomerID, now[job.CustomerID], fence)
+	return url
+}
+
+// renders counts the renders of each customer in work, and fails a test
+// that sees more than 2 at once.
+type renders struct {
+	mu   sync.Mutex
+	now  map[string]int
+	done chan struct{}
+}
+
+func (r *renders) render(t *testing.T, customer string, fence int64) {
+	r.mu.Lock()
+	r.now[customer]++
+	if r.now[customer] > 2 || fence <= 0 {
+		t.Errorf("customer %s: %d renders at once, fence %d", customer, r.now[customer], fence)
+	}
+	r.mu.Unlock()
+	time.Sleep(2 * time.Millisecond) // the render
+	r.mu.Lock()
+	r.now[customer]--
+	r.mu.Unlock()
+	r.done <- struct{}{}
+}
+
+func (r *renders) wait(t *testing.T) {
+	for i := range 18 {
+		select {
+		case <-r.done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of 18 renders within 30s", i)
 		}
-		mu.Unlock()
-		time.Sleep(2 * time.Millisecond) // the render
-		mu.Lock()
-		now[job.CustomerID]--
-		mu.Unlock()
-		done <- struct{}{}
+	}
+}
+
+// The flow-control guide's sample: 8 workers, 3 customers of 6 renders
+// each, never more than 2 of a customer at once.
+func TestRenderLimit(t *testing.T) {
+	b := inboxtest.NewBroker(t, renderTable(t))
+	r := &renders{now: map[string]int{}, done: make(chan struct{}, 18)}
+	sub, err := subscribeRenders(b, func(ctx context.Context, job RenderJob, fence int64) error {
+		r.render(t, job.CustomerID, fence)
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	inboxtest.RunSubscription(t, sub)
-	for i := range 18 {
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%d of 18 renders within 30s", i)
+	r.wait(t)
+}
+
+// docs/flow-control.md, "A limit and a rate together".
+func subscribeCappedRenders(b *inbox.Broker, render func(ctx context.Context, job RenderJob) error) (*inbox.Subscription, error) {
+	renders := inbox.MustQueue[RenderJob]("render_jobs")
+	return inbox.Subscribe(b, renders, render, inbox.Workers(8),
+		inbox.Limit("customer_id", 2), inbox.Rate("customer_id", 100, time.Minute))
+}
+
+// The limit and rate sample: never more than 2 renders of a customer at
+// once, each holding a slot of its limit and one of its rate.
+func TestCappedRenders(t *testing.T) {
+	b := inboxtest.NewBroker(t, renderTable(t))
+	r := &renders{now: map[string]int{}, done: make(chan struct{}, 18)}
+	sub, err := subscribeCappedRenders(b, func(ctx context.Context, job RenderJob) error {
+		held := inbox.SlotsFrom(ctx)
+		if len(held) != 2 || held[0].Key != job.CustomerID || held[1].Key != job.CustomerID {
+			t.Errorf("render %d of customer %s holds slots %+v, want its limit's and its rate's", job.ID, job.CustomerID, held)
+			return nil
 		}
+		r.render(t, job.CustomerID, held[0].Fence)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	inboxtest.RunSubscription(t, sub)
+	r.wait(t)
 }
 
 // ChargeJob is a row of charge_jobs, the rate sample's table.

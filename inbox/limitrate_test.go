@@ -12,7 +12,6 @@ import (
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
 	"github.com/sqlinbox/sqlinbox/internal/claim"
-	"github.com/sqlinbox/sqlinbox/migrations"
 )
 
 // AccountJob is KeyedJob with an account column beside the customer.
@@ -158,18 +157,8 @@ func TestLimitAndRateRefusals(t *testing.T) {
 // 2 of the rate, and its 3 other rows wait on both.
 func TestOperatorLimitAndRate(t *testing.T) {
 	eachDB(t, func(t *testing.T, url string) {
-		b := open(t, url, inbox.PollInterval(200*time.Millisecond))
+		b, table, svc := fiveOfKeyA(t, url)
 		ctx := context.Background()
-		table := keyedTable(t, b)
-		if err := migrations.ApplyRegistry(ctx, b.DB()); err != nil {
-			t.Fatal(err)
-		}
-		insertKeyed(t, b.DB(), table, "a", "a", "a", "a", "a")
-		svc := inbox.NewService("tenants", "1", b)
-		svc.Signals = false
-		if err := svc.Register(inbox.RegistryHeartbeat(time.Second)); err != nil {
-			t.Fatal(err)
-		}
 		started := make(chan int64, 5)
 		release := make(chan struct{}, 5)
 		sub, err := inbox.Handle(svc, inbox.MustQueue[KeyedJob](table), func(ctx context.Context, j KeyedJob) error {

@@ -258,18 +258,8 @@ func TestRateRefusals(t *testing.T) {
 // window, and its other rows wait.
 func TestOperatorRates(t *testing.T) {
 	eachDB(t, func(t *testing.T, url string) {
-		b := open(t, url, inbox.PollInterval(200*time.Millisecond))
+		b, table, svc := fiveOfKeyA(t, url)
 		ctx := context.Background()
-		table := keyedTable(t, b)
-		if err := migrations.ApplyRegistry(ctx, b.DB()); err != nil {
-			t.Fatal(err)
-		}
-		insertKeyed(t, b.DB(), table, "a", "a", "a", "a", "a")
-		svc := inbox.NewService("tenants", "1", b)
-		svc.Signals = false
-		if err := svc.Register(inbox.RegistryHeartbeat(time.Second)); err != nil {
-			t.Fatal(err)
-		}
 		started := make(chan string, 5)
 		sub, err := inbox.Handle(svc, inbox.MustQueue[KeyedJob](table), func(ctx context.Context, j KeyedJob) error {
 			started <- j.Customer
@@ -291,4 +281,22 @@ func TestOperatorRates(t *testing.T) {
 			t.Fatalf("Limits = %+v, want %+v", ls, want)
 		}
 	})
+}
+
+// fiveOfKeyA opens a broker on url with a keyed table of its own holding 5
+// rows of key a, the registry, and a service registered on it that does not
+// run yet.
+func fiveOfKeyA(t *testing.T, url string) (*inbox.Broker, string, *inbox.Service) {
+	b := open(t, url, inbox.PollInterval(200*time.Millisecond))
+	table := keyedTable(t, b)
+	if err := migrations.ApplyRegistry(context.Background(), b.DB()); err != nil {
+		t.Fatal(err)
+	}
+	insertKeyed(t, b.DB(), table, "a", "a", "a", "a", "a")
+	svc := inbox.NewService("tenants", "1", b)
+	svc.Signals = false
+	if err := svc.Register(inbox.RegistryHeartbeat(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	return b, table, svc
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
 	"github.com/sqlinbox/sqlinbox/internal/claim"
+	"github.com/sqlinbox/sqlinbox/migrations"
 )
 
 // AccountJob is KeyedJob with an account column beside the customer.
@@ -191,5 +192,106 @@ func TestOperatorLimitAndRate(t *testing.T) {
 			t.Fatalf("LimitWaiting = %d, %v; want 6 (3 rows waiting on each)", n, err)
 		}
 		close(release)
+	})
+}
+
+// A rate's claim takes no more rows of a key value than its window has
+// slots left, on SQLite and Postgres (the lease form's claim statement),
+// so none is given back: 10 rows of key a, then 2 of b, a rate of 3 an
+// hour and 8 workers: 3 rows of a start and both of b (behind a's rows, by
+// the wake that follows a take of a's last slot, the poll an hour off),
+// and no row was taken and given back. On MariaDB the claim still takes
+// a's rows for every free worker and gives back those over its slots.
+func TestRateClaimsNoMoreThanItsSlotsLeft(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		b := open(t, url, inbox.PollInterval(time.Hour))
+		table := keyedTable(t, b)
+		insertKeyed(t, b.DB(), table, "a", "a", "a", "a", "a", "a", "a", "a", "a", "a", "b", "b")
+		started := make(chan string, 12)
+		sub, err := inbox.Subscribe(b, inbox.MustQueue[KeyedJob](table), func(ctx context.Context, j KeyedJob) error {
+			started <- j.Customer
+			return nil
+		}, inbox.Workers(8), inbox.Rate("customer", 3, time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inboxtest.RunSubscription(t, sub)
+		got := map[string]int{}
+		for range 5 {
+			select {
+			case k := <-started:
+				got[k]++
+			case <-time.After(30 * time.Second):
+				t.Fatalf("starts %v within 30s, want 3 of a and 2 of b", got)
+			}
+		}
+		inboxtest.Idle(t, sub)
+		if len(started) > 0 || got["a"] != 3 || got["b"] != 2 {
+			t.Fatalf("starts %v and %d more, want 3 of a and 2 of b", got, len(started))
+		}
+		refused := sub.Stats().LimitRefused
+		t.Logf("rows given back over their slots: %d", refused)
+		if !strings.HasPrefix(url, "mysql") && refused != 0 {
+			t.Fatalf("%d rows claimed and given back over their key's slots, want none: the claim takes no more than the slots left", refused)
+		}
+	})
+}
+
+// UrgentKeyed is Urgent with a customer.
+type UrgentKeyed struct {
+	ID          int64      `db:"id" inbox:"id,generated"`
+	LockedUntil *time.Time `db:"locked_until" inbox:"locked_until"`
+	Payload     []byte     `db:"payload" inbox:"payload"`
+	Priority    int16      `db:"priority" inbox:"priority"`
+	Customer    string     `db:"customer"`
+}
+
+// On a table with priorities, the rows a rate's claim keeps of a key value
+// are its first in claim order (priority, then id): with a rate of 2 an
+// hour, the two rows of priority 0 start, published after rows of
+// priorities 5 and 3, and none is given back (SQLite, Postgres).
+func TestRateKeepsAKeysFirstRowsByPriority(t *testing.T) {
+	eachDB(t, func(t *testing.T, url string) {
+		b := openPriority(t, url, true, inbox.PollInterval(time.Hour))
+		if _, err := b.DB().Exec("ALTER TABLE jobs ADD COLUMN customer VARCHAR(64)"); err != nil {
+			t.Fatal(err)
+		}
+		if err := migrations.ApplyLimits(context.Background(), b.DB()); err != nil {
+			t.Fatal(err)
+		}
+		q := inbox.MustQueue[UrgentKeyed]("jobs")
+		var rows []UrgentKeyed
+		for _, p := range []int16{5, 3, 0, 9, 0, 3} {
+			rows = append(rows, UrgentKeyed{Payload: []byte("p"), Priority: p, Customer: "a"})
+		}
+		if _, err := inbox.PublishMany(context.Background(), b, q, rows); err != nil {
+			t.Fatal(err)
+		}
+		started := make(chan int16, 6)
+		sub, err := inbox.Subscribe(b, q, func(_ context.Context, u UrgentKeyed) error {
+			started <- u.Priority
+			return nil
+		}, inbox.Workers(8), inbox.Rate("customer", 2, time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inboxtest.RunSubscription(t, sub)
+		for range 2 {
+			select {
+			case p := <-started:
+				if p != 0 {
+					t.Errorf("a row of priority %d started, want the two of priority 0", p)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the window's two rows did not start within 30s")
+			}
+		}
+		inboxtest.Idle(t, sub)
+		if len(started) > 0 {
+			t.Errorf("%d rows more started, want 2 in the window", len(started))
+		}
+		if refused := sub.Stats().LimitRefused; !strings.HasPrefix(url, "mysql") && refused != 0 {
+			t.Errorf("%d rows given back over their key's slots, want none", refused)
+		}
 	})
 }

@@ -29,8 +29,12 @@ func (w inboxTable) claimUpdate(where string) string {
 		// each time its value changes (it plans for the value bound), and a
 		// claim's limit is the number of free workers, which changes all
 		// the time: an expression keeps the one plan.
-		return fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s IN (SELECT %s %s LIMIT ($3 + 0)) RETURNING %s",
-			t.Name, lu, w.tm.At(1), w.bump(), t.ID, t.ID, where, w.returning())
+		pick := fmt.Sprintf("SELECT %s %s LIMIT ($3 + 0)", t.ID, where)
+		if w.t.Rate.On() {
+			pick = w.rateCap(fmt.Sprintf("SELECT %s AS h, %s %s LIMIT ($3 + 0)", t.ID, w.rateCandidate(), where))
+		}
+		return fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s IN (%s) RETURNING %s",
+			t.Name, lu, w.tm.At(1), w.bump(), t.ID, pick, w.returning())
 	case t.OneHeap:
 		// On Postgres the limit that locks is written out (MaxClaim) and the
 		// claim's own limit is applied over it: rows are locked as they are
@@ -44,11 +48,51 @@ func (w inboxTable) claimUpdate(where string) string {
 		// partitions and child tables number their ctids each on its own,
 		// and the update would also take the rows of the others at the same
 		// addresses.
-		return fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE ctid = ANY(ARRAY(SELECT ctid FROM (SELECT ctid, %s %s LIMIT %d%s) AS c LIMIT $3)) RETURNING %s",
-			t.Name, lu, w.tm.At(1), w.bump(), t.ID, where, MaxClaim, w.d.SkipLocked(), w.returning())
+		return fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE ctid = ANY(ARRAY(%s)) RETURNING %s",
+			t.Name, lu, w.tm.At(1), w.bump(), w.pgPick("ctid", where), w.returning())
 	}
-	return fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s = ANY(ARRAY(SELECT %s FROM (SELECT %s %s LIMIT %d%s) AS c LIMIT $3)) RETURNING %s",
-		t.Name, lu, w.tm.At(1), w.bump(), t.ID, t.ID, t.ID, where, MaxClaim, w.d.SkipLocked(), w.returning())
+	return fmt.Sprintf("UPDATE %s SET %s = %s%s WHERE %s = ANY(ARRAY(%s)) RETURNING %s",
+		t.Name, lu, w.tm.At(1), w.bump(), t.ID, w.pgPick(t.ID, where), w.returning())
+}
+
+// pgPick selects the handle (ctid or the id) of the rows a Postgres claim
+// leases: the first $3 of where that it locks, less those over their
+// rate's slots left (rateCap).
+func (w inboxTable) pgPick(handle, where string) string {
+	if !w.t.Rate.On() {
+		cols := handle
+		if handle != w.t.ID {
+			cols += ", " + w.t.ID
+		}
+		return fmt.Sprintf("SELECT %s FROM (SELECT %s %s LIMIT %d%s) AS c LIMIT $3", handle, cols, where, MaxClaim, w.d.SkipLocked())
+	}
+	return w.rateCap(fmt.Sprintf("SELECT * FROM (SELECT %s AS h, %s %s LIMIT %d%s) AS c LIMIT $3", handle, w.rateCandidate(), where, MaxClaim, w.d.SkipLocked()))
+}
+
+// rateCandidate is what a rate-limited claim reads of each row it may take
+// (with its handle h): its place in claim order (o0, o1) and its rate's
+// key (k).
+func (w inboxTable) rateCandidate() string {
+	pri := "0"
+	if w.t.Priority != "" {
+		pri = w.t.Name + "." + w.t.Priority
+	}
+	return fmt.Sprintf("%s AS o0, %s.%s AS o1, %s AS k", pri, w.t.Name, w.t.ID, w.d.keyText(w.t.Name+"."+w.t.Rate.Key))
+}
+
+// rateCap keeps of the candidates (h, o0, o1, k) the first of each key
+// value in claim order, as many as its rate has slots left: a claim no
+// longer takes rows of a value beyond its window's slots, which it took and
+// gave back one by one (most rows a claim took at a window's opening). The
+// window and the counts run over the candidates alone, at most $3 rows,
+// and a value's first row is kept without a count: the claim's condition
+// took only values with a slot left (a count for each row cost SQLite a
+// tenth of a drain whose rate never bound).
+func (w inboxTable) rateCap(candidates string) string {
+	r := w.t.Rate
+	return fmt.Sprintf(`SELECT h FROM (SELECT h, k, ROW_NUMBER() OVER (PARTITION BY k ORDER BY o0, o1) AS rn FROM (%s) AS c2) AS w
+WHERE w.rn = 1 OR w.k IS NULL OR w.rn <= %d - (SELECT COUNT(*) FROM %s ls WHERE ls.limit_name = '%s' AND ls.key_value = w.k AND ls.holder <> '')`,
+		candidates, r.Max, LimitTable, r.Name)
 }
 
 // ClaimLeaseSQL claims rows under a lease (see InboxSQL.ClaimLease).

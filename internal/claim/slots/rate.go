@@ -43,13 +43,17 @@ type nextWake struct {
 // claimed start without waiting for it. Rows given back wake them at once
 // too: their key's slots were all held when the claim asked, but the one
 // that freed it may have been swept by another claimer since, whose claim
-// did not see the rows (held by this one's) and set no timer for them.
-// Nothing for a limit: its frees wake them.
+// did not see the rows (held by this one's) and set no timer for them. So
+// does a take of a key value's last slot: the claim statement took no more
+// rows of that value than it had slots left (dialect rateCap), and may
+// have left rows of other values unread behind them. Nothing for a limit:
+// its frees wake them.
 func (l *Limiter) AfterClaim(ctx context.Context, claimed, gaveBack, max int) {
+	filled := l.filled.Swap(false)
 	if !l.rate() || claimed >= max {
 		return
 	}
-	if gaveBack > 0 && l.cfg.Freed != nil {
+	if (gaveBack > 0 || filled) && l.cfg.Freed != nil {
 		l.cfg.Freed()
 	}
 	w := &l.next

@@ -79,6 +79,9 @@ type Limiter struct {
 	refused atomic.Int64
 	freeing sync.WaitGroup // frees queued and not yet flushed
 	next    nextWake       // a rate's wake at its next expiry (rate.go)
+	// filled: a take since the last AfterClaim took the last slot of a
+	// key value (rate.go).
+	filled atomic.Bool
 }
 
 // Wait waits for the frees queued so far to be flushed: a subscription's
@@ -275,6 +278,12 @@ func (l *Limiter) take(ctx context.Context, jobs []*contract.Job) (map[int64]dia
 				want = append(want, dialect.SlotWant{Key: k, Slot: s, RowID: j.ID, Expires: l.expires(j, now)})
 				break
 			}
+		}
+	}
+	for _, k := range keys {
+		if len(used[k]) >= lim.Max {
+			l.filled.Store(true)
+			break
 		}
 	}
 	won := map[int64]dialect.SlotHeld{}

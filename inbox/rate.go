@@ -29,9 +29,11 @@ import (
 // starts of one value in any window of per minus that error are at most n. A claimed row given back unstarted
 // (at a stop) still used its slot: a rate errs towards fewer starts.
 //
-// Rows that a claim took and gave back because another claimer took the
-// value's last slot first are counted in Stats().LimitRefused, as a
-// limit's are. Operator.Limits shows a rate's slots as a limit's: Held is
+// In the lease form on SQLite and Postgres a claim takes no more rows of a
+// value than its window has slots left; elsewhere it may take more and
+// give them back unstarted. Rows that a claim took and gave back (or
+// because another claimer took the value's last slot first) are counted in
+// Stats().LimitRefused, as a limit's are. Operator.Limits shows a rate's slots as a limit's: Held is
 // the starts in the last window (Expired: older ones the next claim
 // frees). The rate is named after the table and column
 // ("table:column:rate"); SharedRate names one that several tables share.

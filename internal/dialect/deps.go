@@ -153,14 +153,21 @@ func (d *Dialect) Deps(t Table, tm Times) *DepsSQL {
 		return fmt.Sprintf("NOT EXISTS (SELECT 1 FROM %s x WHERE x.%s = %s AND ((x.%s = %d%s AND EXISTS (SELECT 1 FROM %s p WHERE p.%s = x.%s)) OR (x.%s = %d AND x.%s <> %d)))",
 			e, ch, c, st, EdgePending, not, t.Name, id, pa, st, EdgeFailed, po, PolicyRun)
 	}
+	// waitingUnlocked (Postgres) locks the children of cond it frees, passing
+	// over those locked elsewhere: a claim's, whose row-lock handler may wait
+	// for the spare connection the release holds, or another release's (one
+	// left waiting is the sweep's, Unheld).
+	waitingUnlocked := func(cond string, acked bool) string {
+		return fmt.Sprintf("SELECT c.%s FROM %s c WHERE %s AND c.%s = $2 AND %s FOR UPDATE SKIP LOCKED", id, t.Name, cond, lu, blocked("c."+id, acked))
+	}
 	// $1 acked parents, $2 Waiting.
 	if d.Kind == Postgres {
 		s.releaseAll = txt(fmt.Sprintf(`WITH a AS (UPDATE %s SET %s = %d WHERE %s AND %s = %d RETURNING %s),
 d AS (DELETE FROM %s WHERE %s)
-UPDATE %s SET %s = NULL WHERE %s IN (SELECT %s FROM a) AND %s = $2 AND %s RETURNING %s`,
+UPDATE %s SET %s = NULL WHERE %s IN (%s) RETURNING %s`,
 			e, st, EdgeAcked, d.idsIn(pa, 1), st, EdgePending, ch,
 			e, d.idsIn(ch, 1),
-			t.Name, lu, id, ch, lu, blocked(t.Name+"."+id, true), id))
+			t.Name, lu, id, waitingUnlocked(fmt.Sprintf("c.%s IN (SELECT %s FROM a)", id, ch), true), id))
 	}
 	// $1 acked parents.
 	if d.Kind == MySQL {
@@ -172,10 +179,13 @@ UPDATE %s SET %s = NULL WHERE %s IN (SELECT %s FROM a) AND %s = $2 AND %s RETURN
 	// $1 acked (or deleted) children.
 	s.dropChildren = txt(fmt.Sprintf("DELETE FROM %s WHERE %s", e, d.idsIn(ch, 1)))
 	// $1 children, $2 Waiting.
-	if d.Kind == MySQL {
+	switch d.Kind {
+	case MySQL:
 		s.unblock = txt(fmt.Sprintf("SELECT c.%s FROM %s c WHERE %s AND c.%s = $2 AND %s", id, t.Name, d.idsIn("c."+id, 1), lu, blocked("c."+id, false)))
 		s.unblockThen = txt(fmt.Sprintf("UPDATE %s SET %s = NULL WHERE %s AND %s = $2", t.Name, lu, d.idsIn(id, 1), lu))
-	} else {
+	case Postgres:
+		s.unblock = txt(fmt.Sprintf("UPDATE %s SET %s = NULL WHERE %s IN (%s) RETURNING %s", t.Name, lu, id, waitingUnlocked(d.idsIn("c."+id, 1), false), id))
+	default:
 		s.unblock = txt(fmt.Sprintf("UPDATE %s SET %s = NULL WHERE %s AND %s = $2 AND %s RETURNING %s", t.Name, lu, d.idsIn(id, 1), lu, blocked(t.Name+"."+id, false), id))
 	}
 	s.writeFailed(d, t, e, txt)

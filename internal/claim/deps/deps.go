@@ -143,7 +143,9 @@ func (r *Releaser) Release(ctx context.Context, acked []int64) (int, error) {
 	return len(ready), err
 }
 
-// unblock makes available the children that no edge holds any more.
+// unblock makes available the children that no edge holds any more (on
+// Postgres passing over those another transaction has locked, see
+// dialect.DepsSQL.Unblock).
 func (r *Releaser) unblock(ctx context.Context, children []int64) ([]int64, error) {
 	if len(children) == 0 {
 		return nil, nil

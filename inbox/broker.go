@@ -58,6 +58,7 @@ type Broker struct {
 	checking  map[any]*checkCall       // table checks in flight (see checkShared)
 	histories map[string]*tableHistory // tables' histories by table (see History)
 	deps      map[string]*tableDeps    // tables' edges by table (see After)
+	sweeps    map[string]*tableSweep   // tables' sweeps for stranded edges (depssweep.go)
 }
 
 // ErrInvalid is wrapped by every refusal of an option's value or of an

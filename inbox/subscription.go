@@ -367,6 +367,7 @@ func (s *Subscription) Run(ctx context.Context) error {
 	}
 	if s.releaser != nil {
 		defer s.releaser.Wait()
+		defer s.b.startSweep(s)()
 	}
 	e.Run(ctx)
 	return nil

@@ -24,6 +24,7 @@ type limitsRun struct {
 	keys   int
 	shapes [][2]int // limit n, workers
 	rounds int
+	ways   []string // of keyed, limit, retry
 }
 
 // limitsRow is one drain of the comparison.
@@ -46,7 +47,7 @@ func (lr limitsRun) run(ctx context.Context) ([]limitsRow, error) {
 	for round := range lr.rounds {
 		for _, s := range lr.shapes {
 			var control float64
-			for _, way := range []string{"keyed", "limit", "retry"} {
+			for _, way := range lr.ways {
 				first, err := benchkit.Fill(ctx, db, table, lr.jobs)
 				if err != nil {
 					return nil, err

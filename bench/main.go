@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,6 +89,7 @@ func main() {
 	limitJobs := flag.Int("limit-jobs", 200000, "rows per drain of --limits")
 	limitKeys := flag.Int("limit-keys", 1000, "customers the rows of --limits are keyed over (id modulo)")
 	limitRounds := flag.Int("limit-rounds", 1, "rounds of --limits")
+	limitWays := flag.String("limit-ways", "keyed,limit,retry", "drains of --limits, in turn: keyed (no limit, the control), limit (inbox.Limit), retry (a lock in the handler)")
 	deps := flag.Bool("deps", false, "run only the dependencies' cost on Postgres: --deps-jobs rows drained without a table of edges and with one present but unused, taking turns for --deps-rounds, then a chain of --chain-steps steps (each step's HandleTx publishes the next with inbox.After)")
 	depsJobs := flag.Int("deps-jobs", 200000, "rows per drain of --deps")
 	depsRounds := flag.Int("deps-rounds", 2, "rounds of --deps (each a drain without and one with the edges)")
@@ -96,7 +98,14 @@ func main() {
 		childMain(os.Args[2:])
 		return
 	}
+	cpuProfile := flag.String("cpuprofile", "", "write the bench process's CPU profile to this file (empty: none)")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		check(err)
+		check(pprof.StartCPUProfile(f))
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -126,7 +135,12 @@ func main() {
 		if *pg == "" {
 			check(fmt.Errorf("--limits needs --pg"))
 		}
-		lr := limitsRun{pg: *pg, jobs: *limitJobs, keys: *limitKeys, shapes: shapes, rounds: max(1, *limitRounds)}
+		for _, w := range strings.Split(*limitWays, ",") {
+			if w != "keyed" && w != "limit" && w != "retry" {
+				check(fmt.Errorf("--limit-ways: %q is none of keyed, limit, retry", w))
+			}
+		}
+		lr := limitsRun{pg: *pg, jobs: *limitJobs, keys: *limitKeys, shapes: shapes, rounds: max(1, *limitRounds), ways: strings.Split(*limitWays, ",")}
 		res, err := lr.run(ctx)
 		check(err)
 		limitsReport(res, lr.jobs)

@@ -261,6 +261,18 @@ func (s *Subscription) newLimiters(t dialect.Table, c contract.Claimer) {
 	s.limiter, s.rater = limiter(t.Limit), limiter(t.Rate)
 }
 
+// claimRows bounds a claim's rows (engine.Config.ClaimRows) by the limit's
+// n: spare rows hold slots, so a claim of more rows than n could take rows
+// of one key value beyond its slots and give them back. A subscription with
+// a rate takes none (Ordered): a spare row's slot would count its window
+// from the take, not from its start.
+func (s *Subscription) claimRows() int {
+	if l := s.cfg.limit; l != nil {
+		return l.max
+	}
+	return 0
+}
+
 // limitClaims is the claim middleware of limiter l: it sweeps expired
 // slots, and gives the rows the form claimed their slots (see
 // slots.Limiter.Take).

@@ -125,46 +125,54 @@ func (w *inWork) end(key string) {
 // first attempt (a row that waited used none), the slots all freed.
 func TestLimitCapsRowsInWorkPerKey(t *testing.T) {
 	eachLimitCase(t, func(t *testing.T, form claim.Form, url string) {
-		b := open(t, url, inbox.PollInterval(200*time.Millisecond))
-		table := keyedTable(t, b)
-		b2 := open(t, url, inbox.PollInterval(200*time.Millisecond))
-		keys := []string{"a", "b", "c", "d", "e", "f"}
 		var all []string
 		for range 10 {
-			all = append(all, keys...)
+			all = append(all, "a", "b", "c", "d", "e", "f")
 		}
-		insertKeyed(t, b.DB(), table, all...)
-		w := newInWork(t, 2)
-		ev := inboxtest.NewEvents(t)
-		handle := func(ctx context.Context, j KeyedJob) error {
-			w.start(ctx, j.Customer)
-			defer w.end(j.Customer)
-			if j.Attempts != 1 {
-				t.Errorf("row %d handled at attempt %d, want 1", j.ID, j.Attempts)
-			}
-			time.Sleep(5 * time.Millisecond) // the handler's work
-			return nil
-		}
-		for _, br := range []*inbox.Broker{b, b2} {
-			sub, err := inbox.Subscribe(br, inbox.MustQueue[KeyedJob](table), handle, inbox.Form(form), inbox.Workers(6),
-				inbox.Limit("customer", 2), ev.Observe())
-			if err != nil {
-				t.Fatal(err)
-			}
-			inboxtest.RunSubscription(t, sub)
-		}
-		evs := ev.Wait("60 acks", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) == 60 })
-		if n := len(evs); n != 60 {
-			t.Fatalf("%d events, want 60 acks and nothing else: %v", n, evs)
-		}
-		w.mu.Lock()
-		t.Logf("peak in work per key: %v", w.peak)
-		w.mu.Unlock()
-		if n := rowsOf(t, b.DB(), table); n != 0 {
-			t.Fatalf("%d rows left", n)
-		}
-		eventually(t, "the slots freed", func() bool { return rowsOf(t, b.DB(), "sqlinbox_limit_slots WHERE holder <> ''") == 0 })
+		drainLimited(t, form, url, all, 6, 2, 5*time.Millisecond)
 	})
+}
+
+// drainLimited drains rows of keys with two instances of workers each,
+// under a limit of n per key, handlers working work: never more than n of a
+// key in work, every row handled once at its first attempt, the slots all
+// freed.
+func drainLimited(t *testing.T, form claim.Form, url string, keys []string, workers, n int, work time.Duration) {
+	b := open(t, url, inbox.PollInterval(200*time.Millisecond))
+	table := keyedTable(t, b)
+	b2 := open(t, url, inbox.PollInterval(200*time.Millisecond))
+	insertKeyed(t, b.DB(), table, keys...)
+	w := newInWork(t, n)
+	ev := inboxtest.NewEvents(t)
+	handle := func(ctx context.Context, j KeyedJob) error {
+		w.start(ctx, j.Customer)
+		defer w.end(j.Customer)
+		if j.Attempts != 1 {
+			t.Errorf("row %d handled at attempt %d, want 1", j.ID, j.Attempts)
+		}
+		time.Sleep(work) // the handler's work
+		return nil
+	}
+	for _, br := range []*inbox.Broker{b, b2} {
+		sub, err := inbox.Subscribe(br, inbox.MustQueue[KeyedJob](table), handle, inbox.Form(form), inbox.Workers(workers),
+			inbox.Limit("customer", n), ev.Observe())
+		if err != nil {
+			t.Fatal(err)
+		}
+		inboxtest.RunSubscription(t, sub)
+	}
+	want := len(keys)
+	evs := ev.Wait(fmt.Sprintf("%d acks", want), func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) == want })
+	if len(evs) != want {
+		t.Fatalf("%d events, want %d acks and nothing else: %v", len(evs), want, evs)
+	}
+	w.mu.Lock()
+	t.Logf("peak in work per key: %v", w.peak)
+	w.mu.Unlock()
+	if n := rowsOf(t, b.DB(), table); n != 0 {
+		t.Fatalf("%d rows left", n)
+	}
+	eventually(t, "the slots freed", func() bool { return rowsOf(t, b.DB(), "sqlinbox_limit_slots WHERE holder <> ''") == 0 })
 }
 
 func rowsOf(t *testing.T, db *sql.DB, table string) int {
@@ -174,6 +182,21 @@ func rowsOf(t *testing.T, db *sql.DB, table string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// A limit above a subscription's workers lets its claims take spare rows
+// (claimed beyond the free workers, waiting in the process), each holding
+// its slot, never more than the limit in a claim: two instances of 2
+// workers each, limit 3, one key value: never more than 3 in work at once
+// (4 workers could be), every row at its first attempt, the slots freed.
+func TestLimitAboveWorkersSpareRowsHoldSlots(t *testing.T) {
+	eachLimitCase(t, func(t *testing.T, form claim.Form, url string) {
+		var all []string
+		for range 40 {
+			all = append(all, "a")
+		}
+		drainLimited(t, form, url, all, 2, 3, 2*time.Millisecond)
+	})
 }
 
 // With a limit of 1 and a poll far off, the next row of a key starts as

@@ -448,7 +448,7 @@ func (s *Subscription) engineConfig(wakes <-chan struct{}) engine.Config {
 	c := engine.Config{Name: s.cfg.name, Table: s.table, Workers: s.cfg.workers, MaxAttempts: s.cfg.maxAttempts,
 		Counts: s.shape.column(RoleAttempts) != "", Backoff: s.cfg.backoff,
 		Lease: s.cfg.lease, Timeout: s.cfg.timeout, Shutdown: s.cfg.shutdown, Poll: s.b.poll,
-		Ordered: s.shape.column(RolePriority) != "" || s.limiters() != nil, Conns: s.b.claimConns(), Clock: s.b.clock, Log: s.b.log,
+		Ordered: s.shape.column(RolePriority) != "" || s.rater != nil, ClaimRows: s.claimRows(), Conns: s.b.claimConns(), Clock: s.b.clock, Log: s.b.log,
 		Claimer: s.claimer, Wakes: wakes, Counters: &s.stats, Idle: s.idle, Poller: s.poller, Group: s.group}
 	c.Handle = func(ctx context.Context, j *iclaim.Job) error { return s.handle(ctx, j.Value) }
 	if s.handleJob != nil {

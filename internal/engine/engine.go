@@ -78,6 +78,13 @@ type Config struct {
 	// takes no spare rows (see spare.go), so one worker still handles
 	// rows in that order.
 	Ordered bool
+	// ClaimRows, when set, bounds the rows a claim takes in all, spare rows
+	// included, and lets a claim take spare rows only where it is above
+	// Workers: a subscription limited to n rows of one key value in work
+	// (inbox.Limit) then never claims more rows than the limit lets start
+	// for one key value, while a limit at or below its workers claims as
+	// many rows as it has free workers and no more.
+	ClaimRows int
 	// Conns is the most connections the subscription's claims may hold.
 	Conns int
 	Clock clock.Clock

@@ -181,17 +181,27 @@ func (e *Engine) putBack(ts []task) {
 // takes a row for every free worker, where writers run side by side
 // (SQLite has one writer: more rows a claim did not pay there).
 func (l *loop) spares() bool {
-	return l.e.traits.ConcurrentWriters && l.e.traits.RowsPerClaim == 0 && !l.e.cfg.Ordered
+	return l.e.traits.ConcurrentWriters && l.e.traits.RowsPerClaim == 0 && !l.e.cfg.Ordered &&
+		(l.e.cfg.ClaimRows == 0 || l.e.cfg.ClaimRows > l.e.cfg.Workers)
 }
 
 // extra is how many rows beyond the free workers the next claim of k may
 // take: none unless the last claim came back full (a backlog), up to
 // claimBatch and spareFactor a worker in all, and no more than the workers
-// handle in spareWait or a tenth of the lease at the rate measured.
+// handle in spareWait or a tenth of the lease at the rate measured; within
+// Config.ClaimRows in all.
 func (l *loop) extra(k int) int {
 	if !l.spares() || !l.backlog {
 		return 0
 	}
+	if m := l.e.cfg.ClaimRows; m > 0 {
+		return max(min(l.spareRows(k), m-k), 0)
+	}
+	return l.spareRows(k)
+}
+
+// spareRows is extra before the bound of Config.ClaimRows.
+func (l *loop) spareRows(k int) int {
 	now, n := time.Now(), l.w.handled.Load()
 	if d := now.Sub(l.rateAt); l.rateAt.IsZero() || d >= max(rateSpan, 2*l.trip) {
 		if !l.rateAt.IsZero() {

@@ -242,8 +242,7 @@ func waitFor(q *dialect.DepsSQL, child int64, cfg *publishConfig, query queryFun
 	parents = slices.Compact(parents)
 	if cfg.acksParents() {
 		// Written available: its one parent's ack commits with it.
-		edge := []dialect.ParentEdge{{Parent: parents[0], State: dialect.EdgeAcked}}
-		return run(q.AddEdges(child, int(cfg.policy), edge), query, exec)
+		return run(q.AddAckedEdge(child, int(cfg.policy), parents[0]), query, exec)
 	}
 	type found struct {
 		parked  bool

@@ -644,3 +644,53 @@ func TestDepsCancelWaitingRow(t *testing.T) {
 		}
 	})
 }
+
+// On Postgres, a step that publishes the next with After(itself) in its
+// HandleTx drops its own edge (as a child) in that publish's statement:
+// inside the transaction the edge is gone, so the release after the
+// commit has nothing to write. Each form; the chain of three steps runs,
+// and leaves no edge.
+func TestDepsHandOffDropsOwnEdges(t *testing.T) {
+	for _, c := range everyFormDB {
+		if c.db != "postgres" {
+			continue
+		}
+		form := c.form
+		t.Run(form.Name(), func(t *testing.T) {
+			t.Parallel()
+			b := open(t, inboxtest.Postgres(t))
+			table := depsTable(t, b)
+			q := inbox.MustQueue[Job](table)
+			publishP(t, b, q, "step")
+			ev := inboxtest.NewEvents(t)
+			sub, err := inbox.SubscribeTx(b, q, func(ctx context.Context, tx *sql.Tx, j Job) error {
+				if string(j.Payload) == "last" {
+					return nil
+				}
+				next := "step"
+				var own int
+				if err := tx.QueryRow(fmt.Sprintf("SELECT count(*) FROM %s_deps WHERE child_id = %d", table, j.ID)).Scan(&own); err != nil {
+					return err
+				}
+				if own > 0 {
+					next = "last"
+				}
+				if _, err := inbox.PublishTx(ctx, b, tx, q, Job{Payload: []byte(next)}, inbox.After(j.ID)); err != nil {
+					return err
+				}
+				if err := tx.QueryRow(fmt.Sprintf("SELECT count(*) FROM %s_deps WHERE child_id = %d", table, j.ID)).Scan(&own); err != nil || own != 0 {
+					t.Errorf("row %d: %d edges of its own after it published its next step in its transaction (%v), want 0", j.ID, own, err)
+				}
+				return nil
+			}, inbox.Form(form), ev.Observe())
+			if err != nil {
+				t.Fatal(err)
+			}
+			inboxtest.RunSubscription(t, sub)
+			ev.Wait("the chain's three acks", func(e []inbox.Event) bool { return inboxtest.Count(e, inbox.Acked) == 3 })
+			if n := edgesOf(t, b.DB(), table); n != 0 {
+				t.Fatalf("%d edges left after the chain, want 0", n)
+			}
+		})
+	}
+}

@@ -67,6 +67,7 @@ type DepsSQL struct {
 	unblock, unblockThen, markFailed, markFailedThen                      text
 	parkWaiting, parkWaitingThen, deleteWaiting, deleteWaitingThen, count text
 	stranded                                                              text
+	addEdgesDrop, toRelease                                               text
 	unheld                                                                text
 }
 
@@ -127,6 +128,8 @@ func (d *Dialect) Deps(t Table, tm Times) *DepsSQL {
 	switch d.Kind {
 	case Postgres:
 		s.addEdges = txt(fmt.Sprintf("INSERT INTO %s (%s, %s, %s, %s) SELECT $1, a.p, $2, a.s FROM unnest($3::bigint[], $4::smallint[]) AS a(p, s) ON CONFLICT DO NOTHING", e, ch, pa, po, st))
+		// $5 the parent acked in this transaction, whose own edges go.
+		s.addEdgesDrop = txt(fmt.Sprintf("WITH d AS (DELETE FROM %s WHERE %s = $5)\n%s", e, ch, s.addEdges.sql))
 	case SQLite:
 		s.addEdges = txt(fmt.Sprintf("INSERT OR IGNORE INTO %s (%s, %s, %s, %s) SELECT $1, json_extract(value, '$[0]'), $2, json_extract(value, '$[1]') FROM json_each($3)", e, ch, pa, po, st))
 	default:
@@ -168,6 +171,11 @@ UPDATE %s SET %s = NULL WHERE %s IN (%s) RETURNING %s`,
 			e, st, EdgeAcked, d.idsIn(pa, 1), st, EdgePending, ch,
 			e, d.idsIn(ch, 1),
 			t.Name, lu, id, waitingUnlocked(fmt.Sprintf("c.%s IN (SELECT %s FROM a)", id, ch), true), id))
+	}
+	// $1 acked parents: whether a release has anything to do.
+	if d.Kind == Postgres {
+		s.toRelease = txt(fmt.Sprintf("SELECT 1 WHERE EXISTS (SELECT 1 FROM %s WHERE %s AND %s = %d) OR EXISTS (SELECT 1 FROM %s WHERE %s)",
+			e, d.idsIn(pa, 1), st, EdgePending, e, d.idsIn(ch, 1)))
 	}
 	// $1 acked parents.
 	if d.Kind == MySQL {
@@ -302,6 +310,17 @@ func (s DepsSQL) AddEdges(child int64, policy int, edges []ParentEdge) Call {
 	return Call{SQL: b.String()}
 }
 
+// AddAckedEdge writes child's one edge, to a parent whose ack commits in
+// this transaction, acked; on Postgres it deletes that parent's own edges
+// (as a child) in the same statement, so the release after the ack's
+// commit finds nothing to write and waits for no flush of the log.
+func (s DepsSQL) AddAckedEdge(child int64, policy int, parent int64) Call {
+	if s.addEdgesDrop.sql == "" {
+		return s.AddEdges(child, policy, []ParentEdge{{Parent: parent, State: EdgeAcked}})
+	}
+	return s.addEdgesDrop.call(child, policy, []int64{parent}, []int64{EdgeAcked}, parent)
+}
+
 // Ready makes child available, if it still waits.
 func (s DepsSQL) Ready(child int64) Call { return s.ready.call(child, s.tm.Encode(Waiting)) }
 
@@ -323,6 +342,12 @@ func (s DepsSQL) DeleteNow(child int64) Call { return s.deleteNow.call(child) }
 func (s DepsSQL) ReleaseAll(acked []int64) Call {
 	return s.maybe(s.releaseAll, acked, s.tm.Encode(Waiting))
 }
+
+// ToRelease reads whether acked parents have edges to mark or their own
+// edges to drop, returning a row if so (Postgres); SQL "" elsewhere. Its
+// read writes nothing, so a release that has nothing to do waits for no
+// flush of the log and costs the database little.
+func (s DepsSQL) ToRelease(acked []int64) Call { return s.maybe(s.toRelease, acked) }
 
 // MarkAcked marks the pending edges of acked parents acked and returns
 // their children (on MySQL it reads them; MarkAckedThen marks).

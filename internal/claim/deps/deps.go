@@ -123,6 +123,11 @@ func (r *Releaser) Release(ctx context.Context, acked []int64) (int, error) {
 	}
 	defer r.cfg.Writer.Unlock()
 	s := r.cfg.SQL
+	if c := s.ToRelease(acked); c.SQL != "" {
+		if found, err := r.readIDs(ctx, c); err != nil || len(found) == 0 {
+			return 0, err
+		}
+	}
 	if one := s.ReleaseAll(acked); one.SQL != "" {
 		ids, err := r.readIDs(ctx, one)
 		return len(ids), err

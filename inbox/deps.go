@@ -368,7 +368,7 @@ func (s *Subscription) checkDeps(ctx context.Context, t iclaim.Table) error {
 	return nil
 }
 
-// depsSweepPolls is the least time between a subscription's sweeps for
+// depsSweepPolls is the time between a table's sweeps for
 // edges a crash stranded (see deps.Releaser.Sweep), in poll intervals:
 // 5 s at the default poll.
 const depsSweepPolls = 5
@@ -397,16 +397,13 @@ func (b *Broker) releasedFunc(table, channel string) func() {
 
 // depsClaims is the claim middleware of a subscription whose table has
 // edges: each claimed job's settler releases its children (see
-// deps.Releaser), and a claim that comes back short sweeps for stranded
-// edges, at most every depsSweepPolls polls.
+// deps.Releaser). Stranded edges are swept by the table's sweep
+// (depssweep.go), not by claims.
 func (s *Subscription) depsClaims() engine.ClaimMiddleware {
 	r := s.releaser
 	return func(ctx context.Context, max int, next engine.ClaimFunc) ([]*contract.Job, error) {
 		jobs, err := next(ctx, max)
 		r.Wrap(jobs)
-		if len(jobs) < max && ctx.Err() == nil {
-			r.Sweep(ctx)
-		}
 		return jobs, err
 	}
 }

@@ -7,10 +7,10 @@ import (
 )
 
 // tableSweep sweeps one table's stranded edges (deps.Releaser.Sweep) while
-// any subscription of the table runs in this broker. It runs on a timer,
-// beside the sweep of a claim that comes back short: an idle subscription
-// of a group sends no claim (the group poller probes for it), and one with
-// a backlog never comes back short.
+// any subscription of the table runs in this broker: at once, then on a
+// timer. Not at claims: an idle subscription of a group sends none (the
+// group poller probes for it), one with a backlog never comes back short,
+// and a table's many group subscriptions would each sweep it.
 type tableSweep struct {
 	refs int
 	stop context.CancelFunc
@@ -49,10 +49,12 @@ func (b *Broker) startSweep(s *Subscription) func() {
 	}
 }
 
-// sweepLoop sweeps with r every depsSweepPolls polls until ctx ends.
+// sweepLoop sweeps with r at once, then every depsSweepPolls polls, until
+// ctx ends.
 func (b *Broker) sweepLoop(ctx context.Context, r *deps.Releaser, done chan struct{}) {
 	defer close(done)
 	for {
+		r.Sweep(ctx)
 		t := b.clock.NewTimer(depsSweepPolls * b.poll)
 		select {
 		case <-ctx.Done():
@@ -60,6 +62,5 @@ func (b *Broker) sweepLoop(ctx context.Context, r *deps.Releaser, done chan stru
 			return
 		case <-t.C():
 		}
-		r.Sweep(ctx)
 	}
 }

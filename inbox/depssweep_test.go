@@ -12,9 +12,9 @@ import (
 
 // A child stranded while its table's only subscription is a group's, idle,
 // is released by the table's sweep: that subscription sends no claim (the
-// group poller probes for it), so a sweep run only by a claim that comes
-// back short would never come. On a fake clock: the first claim's sweep
-// is the last one due until the clock moves.
+// group poller probes for it), so a sweep run by claims would never come.
+// On a fake clock: the sweep at the subscription's start is the last until
+// the clock moves.
 func TestDepsSweepReleasesForAnIdleGroup(t *testing.T) {
 	eachDB(t, func(t *testing.T, url string) {
 		clk := fake()

@@ -242,7 +242,11 @@ func waitFor(q *dialect.DepsSQL, child int64, cfg *publishConfig, query queryFun
 	parents = slices.Compact(parents)
 	if cfg.acksParents() {
 		// Written available: its one parent's ack commits with it.
-		return run(q.AddAckedEdge(child, int(cfg.policy), parents[0]), query, exec)
+		if err := run(q.AddAckedEdge(child, int(cfg.policy), parents[0]), query, exec); err != nil {
+			return err
+		}
+		cfg.handOff()
+		return nil
 	}
 	type found struct {
 		parked  bool
@@ -313,6 +317,14 @@ func (c *publishConfig) acksParents() bool {
 		}
 	}
 	return true
+}
+
+// handOff records that a row After the handler's own row alone was
+// written in its transaction (see publishConfig.handedOff).
+func (c *publishConfig) handOff() {
+	if c.handedOff != nil {
+		c.handedOff.Store(true)
+	}
 }
 
 // waits says opts hold After.

@@ -694,3 +694,46 @@ func TestDepsHandOffDropsOwnEdges(t *testing.T) {
 		})
 	}
 }
+
+// A row with a child published earlier (waiting) that hands off to a step
+// in its HandleTx: its settlement no longer waits for its release, and the
+// release, made after it, still frees the earlier child. Every form, every
+// database.
+func TestDepsHandOffBesideAnEarlierChild(t *testing.T) {
+	eachFormDB(t, func(t *testing.T, form claim.Form, url string) {
+		b := open(t, url)
+		table := depsTable(t, b)
+		q := inbox.MustQueue[Job](table)
+		parent := publishP(t, b, q, "parent")
+		earlier := publishP(t, b, q, "earlier", inbox.After(parent))
+		ran := make(chan string, 4)
+		sub, err := inbox.SubscribeTx(b, q, func(ctx context.Context, tx *sql.Tx, j Job) error {
+			if string(j.Payload) != "parent" {
+				if p, ok := inbox.ParentsFrom(ctx); !ok || p.Acked != 1 || p.Parked != 0 {
+					t.Errorf("%s: ParentsFrom %+v, %v; want one parent acked", j.Payload, p, ok)
+				}
+				ran <- string(j.Payload)
+				return nil
+			}
+			_, err := inbox.PublishTx(ctx, b, tx, q, Job{Payload: []byte("step")}, inbox.After(j.ID))
+			return err
+		}, inbox.Form(form), inbox.Workers(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inboxtest.RunSubscription(t, sub)
+		got := []string{}
+		for range 2 {
+			select {
+			case p := <-ran:
+				got = append(got, p)
+			case <-time.After(15 * time.Second):
+				t.Fatalf("ran %v in 15 s; want the step and the earlier child (row %d)", got, earlier)
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, []string{"earlier", "step"}) {
+			t.Fatalf("ran %v, want the earlier child and the step once each", got)
+		}
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/jmoiron/sqlx"
 
@@ -68,9 +69,18 @@ func handleTx(ctx context.Context, b *Broker, j *claim.Job, h func(context.Conte
 		return j.Err
 	}
 	st := deps.Unwrap(slots.Unwrap(j.Settler)) // the form's own, under a limit's slot and a release
+	// Set once a step After this row alone is published in the
+	// transaction: that step is available at the commit, so the settlement
+	// need not wait for this row's release (deps.HandedOff).
+	handedOff := new(atomic.Bool)
+	defer func() {
+		if err == nil && handedOff.Load() {
+			deps.HandedOff(slots.Unwrap(j.Settler))
+		}
+	}()
 	if lender, ok := st.(claim.TxLender); ok {
 		tx := lender.LendTx()
-		return handleHeldTx(withAckTx(ctx, tx, j.ID), tx, h)
+		return handleHeldTx(withAckTx(ctx, tx, j.ID, handedOff), tx, h)
 	}
 	acker, ok := st.(claim.TxAcker)
 	if !ok {
@@ -102,7 +112,7 @@ func handleTx(ctx context.Context, b *Broker, j *claim.Job, h func(context.Conte
 			tx.Rollback()
 		}
 	}()
-	if err := h(withAckTx(ctx, tx, j.ID), tx); err != nil {
+	if err := h(withAckTx(ctx, tx, j.ID, handedOff), tx); err != nil {
 		done = true
 		tx.Rollback()
 		return err
@@ -150,46 +160,49 @@ func handleHeldTx(ctx context.Context, tx *sql.Tx, h func(context.Context, *sql.
 	return nil
 }
 
-// ackTx is the handler's transaction and the row whose ack commits with it.
+// ackTx is the handler's transaction and the row whose ack commits with
+// it; handedOff is set once a row waiting for that row alone was
+// published in it.
 type ackTx struct {
-	tx *sql.Tx
-	id int64
+	tx        *sql.Tx
+	id        int64
+	handedOff *atomic.Bool
 }
 
 type ackTxKey struct{}
 
-func withAckTx(ctx context.Context, tx *sql.Tx, id int64) context.Context {
-	return context.WithValue(ctx, ackTxKey{}, ackTx{tx: tx, id: id})
+func withAckTx(ctx context.Context, tx *sql.Tx, id int64, handedOff *atomic.Bool) context.Context {
+	return context.WithValue(ctx, ackTxKey{}, ackTx{tx: tx, id: id, handedOff: handedOff})
 }
 
 // ackedWith is the row whose ack commits with tx, when tx is the handler's
 // transaction ctx was given with: a child published there with
 // After(that row) needs no release, since the row is acked when the child
 // is seen, and not at all when it is not (0 otherwise).
-func ackedWith(ctx context.Context, tx any) int64 {
+func ackedWith(ctx context.Context, tx any) (int64, *atomic.Bool) {
 	a, ok := ctx.Value(ackTxKey{}).(ackTx)
 	if !ok {
-		return 0
+		return 0, nil
 	}
 	switch t := tx.(type) {
 	case *sql.Tx:
 		if t == a.tx {
-			return a.id
+			return a.id, a.handedOff
 		}
 	case *sqlx.Tx:
 		if t.Tx == a.tx {
-			return a.id
+			return a.id, a.handedOff
 		}
 	}
-	return 0
+	return 0, nil
 }
 
 // ackedParent adds to opts the row whose ack commits with tx, if any (see
 // ackedWith).
 func ackedParent(ctx context.Context, tx any, opts []PublishOption) []PublishOption {
-	id := ackedWith(ctx, tx)
+	id, handedOff := ackedWith(ctx, tx)
 	if id == 0 {
 		return opts
 	}
-	return append(slices.Clone(opts), func(c *publishConfig) { c.ackedInTx = id })
+	return append(slices.Clone(opts), func(c *publishConfig) { c.ackedInTx, c.handedOff = id, handedOff })
 }

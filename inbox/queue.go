@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -111,6 +112,10 @@ type publishConfig struct {
 	// ackedInTx is the row whose ack commits with the publish's
 	// transaction (its HandleTx): as a parent it counts as acked.
 	ackedInTx int64
+	// handedOff, with ackedInTx, is set once a row published After that
+	// row alone was written: the handler's settlement then waits for no
+	// release (see deps.HandedOff).
+	handedOff *atomic.Bool
 }
 
 // Delay makes the row available only once d has passed on the broker's
@@ -322,7 +327,10 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 			cfg.at = dialect.Waiting
 		}
 	}
-	ins, fields := b.insertSQL(q.table, q.shape, tm)
+	// A step After the row its HandleTx acks, on Postgres: its edge is
+	// written in the insert's statement.
+	handOff := ds != nil && cfg.acksParents() && b.d.Kind == dialect.Postgres && q.shape.column(RoleKey) == ""
+	ins, fields := b.insertSQL(q.table, q.shape, tm, handOff)
 	v := reflect.ValueOf(row)
 	values := make([]any, 0, len(fields)+4)
 	traceparent := b.traceparent(ctx, q.shape)
@@ -377,6 +385,14 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 		return id, publishWaits(ds, q.table, id, &cfg, query, exec)
 	}
 	var id int64
+	if ins.HandsOff() {
+		call = ins.CallHandOff(values, offset, at, q.table, payload, cfg.ackedInTx, int(cfg.policy))
+		if err = queryRow(call.SQL, call.Args...).Scan(&id); err != nil {
+			return 0, fmt.Errorf("inbox: publish to %q: %w", q.table, err)
+		}
+		cfg.handOff()
+		return id, nil
+	}
 	if ins.Returns() {
 		err = queryRow(call.SQL, call.Args...).Scan(&id)
 	} else {
@@ -453,8 +469,13 @@ func (b *Broker) times(ctx context.Context, catalog dialect.Querier, table strin
 
 // insertSQL builds (once per table and row type) the publish statement
 // and the fields it writes, in order.
-func (b *Broker) insertSQL(table string, s *shape, tm dialect.Times) (dialect.PublishSQL, []field) {
+func (b *Broker) insertSQL(table string, s *shape, tm dialect.Times, handOff bool) (dialect.PublishSQL, []field) {
 	key := table + "\x00" + s.typ.String()
+	edges := ""
+	if handOff {
+		key += "\x00handoff"
+		edges = b.d.Quote(dialect.DepsName(table))
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ins, ok := b.inserts[key]
@@ -471,6 +492,7 @@ func (b *Broker) insertSQL(table string, s *shape, tm dialect.Times) (dialect.Pu
 			ID:          b.d.Quote(s.column(RoleID)),
 			Key:         quoteOpt(b.d, s.column(RoleKey)),
 			Notify:      b.notifies,
+			HandOff:     edges,
 		}, tm)}
 		b.inserts[key] = ins
 	}

@@ -83,6 +83,11 @@ type Insert struct {
 	ID          string   // quoted: the column returned
 	Key         string   // quoted key column, "" for a table without keys
 	Notify      bool     // Postgres: pg_notify(channel, payload) in the statement
+	// HandOff (Postgres, a table without keys) is the quoted table of
+	// edges of a row published After(a parent acked in the same
+	// transaction): the row's acked edge is written, and the parent's own
+	// edges dropped, in the insert's statement (see DepsSQL.AddAckedEdge).
+	HandOff string
 }
 
 // PublishSQL writes one row and returns its id; with a key already queued
@@ -93,6 +98,7 @@ type PublishSQL struct {
 	text
 	notify  bool
 	returns bool
+	handOff bool
 }
 
 // Returns says the statement returns the row's id (see PublishSQL).
@@ -112,13 +118,35 @@ func (d *Dialect) Publish(in Insert, tm Times) PublishSQL {
 	if d.Returns() {
 		q += " RETURNING " + in.ID
 	}
-	if in.Notify {
-		if tm.InDatabase {
-			n++
-		}
+	if tm.InDatabase {
+		n++
+	}
+	handOff := in.HandOff != "" && d.Kind == Postgres
+	switch {
+	case handOff:
+		q = d.withHandOff(q, in.ID, in.HandOff, in.Notify, n+1)
+	case in.Notify:
 		q = withNotify(q, []string{in.ID}, n+1)
 	}
-	return PublishSQL{text: d.text(q, tm), notify: in.Notify, returns: d.Returns()}
+	return PublishSQL{text: d.text(q, tm), notify: in.Notify, returns: d.Returns(), handOff: handOff}
+}
+
+// withHandOff wraps a publish returning id so that it also writes the
+// row's edge to the parent of the last parameter but one, acked, under the
+// policy of the last, and drops that parent's own edges (see
+// Insert.HandOff); with notify, it notifies as withNotify does, parameters
+// n and n+1, the parent's n+2 and n+3.
+func (d *Dialect) withHandOff(publish, id, edges string, notify bool, n int) string {
+	ch, pa, po, st := d.Quote(DepsChildColumn), d.Quote(DepsParentColumn), d.Quote(DepsPolicyColumn), d.Quote(DepsStateColumn)
+	from := "ins"
+	if notify {
+		from = fmt.Sprintf("ins, (SELECT pg_notify($%d, $%d)) AS n", n, n+1)
+		n += 2
+	}
+	return fmt.Sprintf(`WITH ins AS (%s),
+own AS (DELETE FROM %s WHERE %s = $%d),
+edge AS (INSERT INTO %s (%s, %s, %s, %s) SELECT ins.%s, $%d, $%d, %d FROM ins)
+SELECT ins.%s FROM %s`, publish, edges, ch, n, edges, ch, pa, po, st, id, n, n+1, EdgeAcked, id, from)
 }
 
 // Call writes values (one per Insert.Columns, in order) and locked_until:
@@ -134,6 +162,17 @@ func (s PublishSQL) Call(values []any, offset, at any, channel, payload string) 
 		args = append(args, channel, payload)
 	}
 	return s.call(args...)
+}
+
+// HandsOff says the statement writes the row's edge (Insert.HandOff).
+func (s PublishSQL) HandsOff() bool { return s.handOff }
+
+// CallHandOff is Call for a statement with Insert.HandOff: the row waits
+// for parent, acked in the same transaction, under policy.
+func (s PublishSQL) CallHandOff(values []any, offset, at any, channel, payload string, parent int64, policy int) Call {
+	c := s.Call(values, offset, at, channel, payload)
+	c.Args = append(c.Args, parent, policy)
+	return c
 }
 
 // Batch is a publish of many rows into one table, all with the same

@@ -57,6 +57,7 @@ type Releaser struct {
 
 	mu    sync.Mutex
 	swept time.Time
+	later []int64 // handed-off acks waiting for their linger (AckedLater)
 }
 
 // New returns the releaser of cfg.
@@ -83,6 +84,37 @@ func (r *Releaser) Acked(id int64, then func()) {
 		r.pending.Done()
 		then()
 	})
+}
+
+// AckedLater queues the release of the children of an acked row that
+// handed off to a row waiting for it alone (see HandedOff) and returns:
+// that row was available at the ack's commit, so the release, which finds
+// nothing to do unless other rows wait for this one, is sent after
+// handOffLinger with the others acked meanwhile, instead of one read per
+// hand-off beside the next claim.
+func (r *Releaser) AckedLater(id int64) {
+	r.pending.Add(1)
+	r.mu.Lock()
+	r.later = append(r.later, id)
+	first := len(r.later) == 1
+	r.mu.Unlock()
+	if first {
+		time.AfterFunc(handOffLinger, r.releaseLater)
+	}
+}
+
+// handOffLinger is how long a hand-off's release waits for others'.
+const handOffLinger = 10 * time.Millisecond
+
+// releaseLater queues the releases AckedLater held.
+func (r *Releaser) releaseLater() {
+	r.mu.Lock()
+	ids := r.later
+	r.later = nil
+	r.mu.Unlock()
+	for _, id := range ids {
+		r.acks.Submit(id, func(error) { r.pending.Done() })
+	}
 }
 
 // flush releases the children of a batch of acked rows.

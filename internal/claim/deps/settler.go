@@ -38,18 +38,35 @@ func Unwrap(s contract.Settler) contract.Settler {
 	return s
 }
 
+// HandedOff tells the settler of a row whose handler published a row
+// waiting for it alone, in the transaction its ack commits in, that the
+// settlement need not wait for its release: that row is available at the
+// commit, and the release (of any other children) is queued without being
+// waited for (see Releaser.AckedLater), its wake enough for them. s is the settler under a limit's
+// slot; one without a release is left as it is.
+func HandedOff(s contract.Settler) {
+	if w, ok := s.(interface{ unwrapDeps() *parent }); ok {
+		w.unwrapDeps().handedOff = true
+	}
+}
+
 // parent is the settler of a row that may have children.
 type parent struct {
 	contract.Settler
-	r  *Releaser
-	id int64
+	r         *Releaser
+	id        int64
+	handedOff bool // see HandedOff
 }
 
 func (p *parent) unwrapDeps() *parent { return p }
 
 func (p *parent) Ack(ctx context.Context) error {
 	err := p.Settler.Ack(ctx)
-	if err == nil {
+	switch {
+	case err != nil:
+	case p.handedOff:
+		p.r.AckedLater(p.id)
+	default:
 		done := make(chan struct{})
 		p.r.Acked(p.id, func() { close(done) })
 		<-done
@@ -80,6 +97,11 @@ func (p *parentAsync) AckAsync(done func(error)) {
 	p.Settler.(contract.AsyncAcker).AckAsync(func(err error) {
 		if err != nil {
 			done(err)
+			return
+		}
+		if p.handedOff {
+			p.r.AckedLater(p.id)
+			done(nil)
 			return
 		}
 		p.r.Acked(p.id, func() { done(nil) })

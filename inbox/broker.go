@@ -59,6 +59,12 @@ type Broker struct {
 	histories map[string]*tableHistory // tables' histories by table (see History)
 	deps      map[string]*tableDeps    // tables' edges by table (see After)
 	sweeps    map[string]*tableSweep   // tables' sweeps for stranded edges (depssweep.go)
+	// checkpoints are the background checkpoints of SQLite's log while
+	// subscriptions run (checkpoint.go); wal says the database is in WAL
+	// mode, read once.
+	checkpoints *checkpoints
+	walOnce     sync.Once
+	wal         bool
 }
 
 // ErrInvalid is wrapped by every refusal of an option's value or of an

@@ -359,6 +359,7 @@ func (s *Subscription) Run(ctx context.Context) error {
 	defer waiter.Close()
 	s.eng.Store(e)
 	defer s.eng.Store(nil)
+	defer s.b.startCheckpoints()()
 	if s.limiters() != nil {
 		defer s.beat(ctx)()
 	}

@@ -1,6 +1,9 @@
 package dialect
 
-import "context"
+import (
+	"context"
+	"sync/atomic"
+)
 
 // Writer hands SQLite's one write lock to one broker's writers in turn.
 // When two connections write at once the second meets SQLITE_BUSY, and the
@@ -13,7 +16,8 @@ import "context"
 // another broker, another process) still meet the busy timeout. On
 // Postgres, and on a nil Writer, Lock and Unlock do nothing.
 type Writer struct {
-	turn chan struct{} // nil on Postgres
+	turn  chan struct{} // nil on Postgres
+	turns atomic.Uint64 // turns taken, for the broker's checkpoints
 }
 
 // NewWriter returns the writers' turn of one broker on engine d.
@@ -29,6 +33,7 @@ func (w *Writer) Lock(ctx context.Context) error {
 	if w == nil || w.turn == nil {
 		return nil
 	}
+	w.turns.Add(1)
 	select {
 	case w.turn <- struct{}{}:
 		return nil
@@ -40,6 +45,17 @@ func (w *Writer) Lock(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Takes says writers take turns here (SQLite).
+func (w *Writer) Takes() bool { return w != nil && w.turn != nil }
+
+// Turns is how many turns were asked for so far (0 on Postgres).
+func (w *Writer) Turns() uint64 {
+	if w == nil {
+		return 0
+	}
+	return w.turns.Load()
 }
 
 // Unlock ends the turn.

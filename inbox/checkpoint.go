@@ -89,8 +89,12 @@ func (b *Broker) checkpointLoop(ctx context.Context, c *checkpoints) {
 			return
 		case <-t.C:
 		}
+		// Only while the writers rest: in a drain that keeps them busy,
+		// SQLite's own checkpoint at the mark copies each page once, where
+		// checkpoints each tick would copy a page written again and again
+		// as often, on the drain's CPU.
 		n := b.writer.Turns()
-		if n == last {
+		if n == last || !b.writer.Idle() {
 			continue
 		}
 		last = n

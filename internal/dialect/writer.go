@@ -50,6 +50,9 @@ func (w *Writer) Lock(ctx context.Context) error {
 // Takes says writers take turns here (SQLite).
 func (w *Writer) Takes() bool { return w != nil && w.turn != nil }
 
+// Idle says no writer holds the turn or waits for it at this moment.
+func (w *Writer) Idle() bool { return w == nil || len(w.turn) == 0 }
+
 // Turns is how many turns were asked for so far (0 on Postgres).
 func (w *Writer) Turns() uint64 {
 	if w == nil {

@@ -13,7 +13,8 @@ import (
 // While any of its subscriptions runs on a SQLite database in WAL mode, the
 // broker also checkpoints in the background, PASSIVE (it takes no write
 // lock and waits for no reader), each checkpointEvery in which its writers
-// wrote: the checkpoint at the mark then finds little left to copy.
+// wrote and now rest: the checkpoint at the mark then finds little left to
+// copy.
 type checkpoints struct {
 	refs int
 	stop context.CancelFunc
@@ -77,7 +78,7 @@ func (b *Broker) walMode() bool {
 }
 
 // checkpointLoop checkpoints every checkpointEvery in which the broker's
-// writers took a turn, until ctx ends. It paces I/O, so it is host time.
+// writers took a turn and none holds it now, until ctx ends. It paces I/O, so it is host time.
 func (b *Broker) checkpointLoop(ctx context.Context, c *checkpoints) {
 	defer close(c.done)
 	t := time.NewTicker(checkpointEvery)

@@ -332,24 +332,7 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 	handOff := ds != nil && cfg.acksParents() && b.d.Kind == dialect.Postgres && q.shape.column(RoleKey) == ""
 	ins, fields := b.insertSQL(q.table, q.shape, tm, handOff)
 	v := reflect.ValueOf(row)
-	values := make([]any, 0, len(fields)+4)
-	traceparent := b.traceparent(ctx, q.shape)
-	for _, f := range fields {
-		if f.role == RoleTrace {
-			values = append(values, traceArg(v.FieldByIndex(f.index), traceparent))
-			continue
-		}
-		if f.role == RoleGroup && q.group != "" {
-			values = append(values, q.group)
-			continue
-		}
-		if f.role == RoleKey {
-			k, _ := keyArg(v.FieldByIndex(f.index))
-			values = append(values, k)
-			continue
-		}
-		values = append(values, v.FieldByIndex(f.index).Interface())
-	}
+	values := q.insertValues(v, fields, b.traceparent(ctx, q.shape))
 	offset, at := cfg.lockedUntil(tm, b.clock.Now())
 	payload := q.group
 	// A payload must stay under Postgres's 8000 bytes: a group too long for
@@ -405,6 +388,26 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 		return id, publishWaits(ds, q.table, id, &cfg, query, exec)
 	}
 	return id, nil
+}
+
+// insertValues are the values of row v's insert, one per field: the
+// queue's group, the key as its column keeps it, the trace context.
+func (q Queue[T]) insertValues(v reflect.Value, fields []field, traceparent string) []any {
+	values := make([]any, 0, len(fields)+4)
+	for _, f := range fields {
+		switch {
+		case f.role == RoleTrace:
+			values = append(values, traceArg(v.FieldByIndex(f.index), traceparent))
+		case f.role == RoleGroup && q.group != "":
+			values = append(values, q.group)
+		case f.role == RoleKey:
+			k, _ := keyArg(v.FieldByIndex(f.index))
+			values = append(values, k)
+		default:
+			values = append(values, v.FieldByIndex(f.index).Interface())
+		}
+	}
+	return values
 }
 
 // traceparent is the trace context of a publish's ctx, "" when the broker

@@ -58,13 +58,14 @@ type Broker struct {
 	checking  map[any]*checkCall       // table checks in flight (see checkShared)
 	histories map[string]*tableHistory // tables' histories by table (see History)
 	deps      map[string]*tableDeps    // tables' edges by table (see After)
-	sweeps    map[string]*tableSweep   // tables' sweeps for stranded edges (depssweep.go)
+	sweeps    map[string]*bgLoop       // tables' sweeps for stranded edges (depssweep.go)
 	// checkpoints are the background checkpoints of SQLite's log while
-	// subscriptions run (checkpoint.go); wal says the database is in WAL
-	// mode, read once.
-	checkpoints *checkpoints
-	walOnce     sync.Once
-	wal         bool
+	// subscriptions run (checkpoint.go), checkpointRounds their signal to
+	// tests; wal says the database is in WAL mode, read once.
+	checkpoints      *bgLoop
+	checkpointRounds chan struct{}
+	walOnce          sync.Once
+	wal              bool
 }
 
 // ErrInvalid is wrapped by every refusal of an option's value or of an
@@ -326,6 +327,7 @@ func newBroker(db *sql.DB, d *dialect.Dialect, cfg brokerConfig) (*Broker, error
 	b.budget = claim.NewBudget(b.claimConns())
 	b.stmts = dialect.NewStmts(b.db, b.d)
 	b.writer = dialect.NewWriter(b.d)
+	b.checkpointRounds = make(chan struct{}, 1)
 	return b, nil
 }
 

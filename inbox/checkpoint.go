@@ -14,15 +14,8 @@ import (
 // broker also checkpoints in the background, PASSIVE (it takes no write
 // lock and waits for no reader), each checkpointEvery in which its writers
 // wrote and now rest: the checkpoint at the mark then finds little left to
-// copy.
-type checkpoints struct {
-	refs int
-	stop context.CancelFunc
-	done chan struct{}
-	// rounds gets a value after each checkpoint (tests wait on it); never
-	// blocks.
-	rounds chan struct{}
-}
+// copy. checkpointRounds gets a value after each background checkpoint
+// (tests wait on it); it never blocks.
 
 // checkpointEvery is how often the background checkpoint runs while the
 // broker writes: at 5,000 rows a second with a history, a few hundred
@@ -36,29 +29,9 @@ func (b *Broker) startCheckpoints() func() {
 	if !b.walMode() {
 		return func() {}
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	c := b.checkpoints
-	if c == nil {
-		ctx, stop := context.WithCancel(context.Background())
-		c = &checkpoints{stop: stop, done: make(chan struct{}), rounds: make(chan struct{}, 1)}
-		b.checkpoints = c
-		go b.checkpointLoop(ctx, c)
-	}
-	c.refs++
-	return func() {
-		b.mu.Lock()
-		c.refs--
-		last := c.refs == 0
-		if last {
-			b.checkpoints = nil
-		}
-		b.mu.Unlock()
-		if last {
-			c.stop()
-			<-c.done
-		}
-	}
+	get := func() *bgLoop { return b.checkpoints }
+	set := func(l *bgLoop) { b.checkpoints = l }
+	return b.holdLoop(get, set, b.checkpointLoop)
 }
 
 // walMode says the broker's database is SQLite in WAL mode (read once).
@@ -78,9 +51,9 @@ func (b *Broker) walMode() bool {
 }
 
 // checkpointLoop checkpoints every checkpointEvery in which the broker's
-// writers took a turn and none holds it now, until ctx ends. It paces I/O, so it is host time.
-func (b *Broker) checkpointLoop(ctx context.Context, c *checkpoints) {
-	defer close(c.done)
+// writers took a turn and none holds it now, until ctx ends. It paces
+// I/O, so it is host time.
+func (b *Broker) checkpointLoop(ctx context.Context) {
 	t := time.NewTicker(checkpointEvery)
 	defer t.Stop()
 	last := b.writer.Turns()
@@ -105,7 +78,7 @@ func (b *Broker) checkpointLoop(ctx context.Context, c *checkpoints) {
 			b.log.Debug("inbox: background checkpoint failed; SQLite checkpoints at its own mark", "err", err)
 		}
 		select {
-		case c.rounds <- struct{}{}:
+		case b.checkpointRounds <- struct{}{}:
 		default:
 		}
 	}

@@ -78,20 +78,20 @@ func TestCheckpointsWhileSubscriptionsRun(t *testing.T) {
 			first = walSize()
 		}
 		b.mu.Lock()
-		c := b.checkpoints
+		running := b.checkpoints != nil
 		b.mu.Unlock()
-		if c == nil {
+		if !running {
 			t.Fatal("no background checkpoints while a subscription runs")
 		}
 		// The batch's acks have committed: of the next two rounds, the
 		// second began after them.
 		select {
-		case <-c.rounds:
+		case <-b.checkpointRounds:
 		default:
 		}
 		for range 2 {
 			select {
-			case <-c.rounds:
+			case <-b.checkpointRounds:
 			case <-time.After(10 * time.Second):
 				t.Fatal("no background checkpoint in 10 s while a subscription ran")
 			}

@@ -369,7 +369,7 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 	}
 	var id int64
 	if ins.HandsOff() {
-		call = ins.CallHandOff(values, offset, at, q.table, payload, cfg.ackedInTx, int(cfg.policy))
+		call = ins.HandOff(call, cfg.ackedInTx, int(cfg.policy))
 		if err = queryRow(call.SQL, call.Args...).Scan(&id); err != nil {
 			return 0, fmt.Errorf("inbox: publish to %q: %w", q.table, err)
 		}

@@ -167,10 +167,9 @@ func (s PublishSQL) Call(values []any, offset, at any, channel, payload string) 
 // HandsOff says the statement writes the row's edge (Insert.HandOff).
 func (s PublishSQL) HandsOff() bool { return s.handOff }
 
-// CallHandOff is Call for a statement with Insert.HandOff: the row waits
-// for parent, acked in the same transaction, under policy.
-func (s PublishSQL) CallHandOff(values []any, offset, at any, channel, payload string, parent int64, policy int) Call {
-	c := s.Call(values, offset, at, channel, payload)
+// HandOff adds to a Call of a statement with Insert.HandOff its parent,
+// acked in the same transaction, and the row's policy.
+func (s PublishSQL) HandOff(c Call, parent int64, policy int) Call {
 	c.Args = append(c.Args, parent, policy)
 	return c
 }

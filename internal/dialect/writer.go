@@ -50,7 +50,8 @@ func (w *Writer) Lock(ctx context.Context) error {
 // Takes says writers take turns here (SQLite).
 func (w *Writer) Takes() bool { return w != nil && w.turn != nil }
 
-// Idle says no writer holds the turn or waits for it at this moment.
+// Idle says no writer holds the turn at this moment (one that waits for
+// it would hold it already).
 func (w *Writer) Idle() bool { return w == nil || len(w.turn) == 0 }
 
 // Turns is how many turns were asked for so far (0 on Postgres).

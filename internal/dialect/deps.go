@@ -145,6 +145,16 @@ func (d *Dialect) Deps(t Table, tm Times) *DepsSQL {
 	s.parkNow = txt(fmt.Sprintf("UPDATE %s SET %s = $2%s WHERE %s = $1", t.Name, lu, keep, id))
 	// $1 the child.
 	s.deleteNow = txt(fmt.Sprintf("DELETE FROM %s WHERE %s = $1", t.Name, id))
+	// probe is a value of the table's row whose id is ref: the edges lead
+	// and each row of the table is read by its id. It is a scalar subquery,
+	// which no planner turns into a join: joined, or as EXISTS, Postgres
+	// read every row of the table into a hash when it guessed the edges
+	// many (a table of edges never analyzed, as one left empty stays, is
+	// guessed at thousands of rows): a sweep of a 200,000-row backlog
+	// read it all, 250-370 ms each sweep.
+	probe := func(value, ref string) string {
+		return fmt.Sprintf("(SELECT %s FROM %s p WHERE p.%s = %s)", value, t.Name, id, ref)
+	}
 	// blocked: edge x of row c keeps it waiting: its parent still queued
 	// and not one of $1 (acked now), or failed under a policy other than
 	// running the child.
@@ -153,8 +163,8 @@ func (d *Dialect) Deps(t Table, tm Times) *DepsSQL {
 		if acked {
 			not = " AND NOT " + d.idsIn("x."+pa, 1)
 		}
-		return fmt.Sprintf("NOT EXISTS (SELECT 1 FROM %s x WHERE x.%s = %s AND ((x.%s = %d%s AND EXISTS (SELECT 1 FROM %s p WHERE p.%s = x.%s)) OR (x.%s = %d AND x.%s <> %d)))",
-			e, ch, c, st, EdgePending, not, t.Name, id, pa, st, EdgeFailed, po, PolicyRun)
+		return fmt.Sprintf("NOT EXISTS (SELECT 1 FROM %s x WHERE x.%s = %s AND ((x.%s = %d%s AND %s IS NOT NULL) OR (x.%s = %d AND x.%s <> %d)))",
+			e, ch, c, st, EdgePending, not, probe("p."+id, "x."+pa), st, EdgeFailed, po, PolicyRun)
 	}
 	// waitingUnlocked (Postgres) locks the children of cond it frees, passing
 	// over those locked elsewhere: a claim's, whose row-lock handler may wait
@@ -170,7 +180,7 @@ d AS (DELETE FROM %s WHERE %s)
 UPDATE %s SET %s = NULL WHERE %s IN (%s) RETURNING %s`,
 			e, st, EdgeAcked, d.idsIn(pa, 1), st, EdgePending, ch,
 			e, d.idsIn(ch, 1),
-			t.Name, lu, id, waitingUnlocked(fmt.Sprintf("c.%s IN (SELECT %s FROM a)", id, ch), true), id))
+			t.Name, lu, id, waitingUnlocked(fmt.Sprintf("c.%s = ANY(ARRAY(SELECT %s FROM a))", id, ch), true), id))
 	}
 	// $1 acked parents: whether a release has anything to do.
 	if d.Kind == Postgres {
@@ -204,18 +214,20 @@ UPDATE %s SET %s = NULL WHERE %s IN (%s) RETURNING %s`,
 	s.count = txt(fmt.Sprintf(`SELECT CASE WHEN x.%[1]s <> %[2]d THEN x.%[1]s WHEN p.%[3]s IS NULL THEN %[4]d WHEN p.%[5]s >= $2 THEN %[6]d ELSE %[2]d END AS s, COUNT(*)
 FROM %[7]s x LEFT JOIN %[8]s p ON x.%[1]s = %[2]d AND p.%[3]s = x.%[9]s WHERE x.%[10]s = $1 GROUP BY 1`,
 		st, EdgePending, id, EdgeAcked, lu, EdgeFailed, e, t.Name, pa, ch))
-	// $1 Never: the parents of pending edges that are gone or parked.
+	// $1 Never: the parents of pending edges that are gone or parked (m
+	// NULL: gone; 1: parked).
 	pErr := "''"
 	if t.LastError != "" {
-		pErr = "COALESCE(p." + t.LastError + ", '')"
+		pErr = "COALESCE(" + probe("p."+t.LastError, "y."+pa) + ", '')"
 	}
-	s.stranded = txt(fmt.Sprintf("SELECT DISTINCT x.%s, CASE WHEN p.%s IS NULL THEN 1 ELSE 0 END, %s FROM %s x LEFT JOIN %s p ON p.%s = x.%s WHERE x.%s = %d AND (p.%s IS NULL OR p.%s >= $1) LIMIT %d",
-		pa, id, pErr, e, t.Name, id, pa, st, EdgePending, id, lu, StrandedBatch))
+	s.stranded = txt(fmt.Sprintf("SELECT y.%s, CASE WHEN y.m IS NULL THEN 1 ELSE 0 END, %s FROM (SELECT z.%s, %s AS m FROM (SELECT DISTINCT x.%s FROM %s x WHERE x.%s = %d) z) y WHERE y.m IS NULL OR y.m = 1 LIMIT %d",
+		pa, pErr, pa, probe(fmt.Sprintf("CASE WHEN p.%s >= $1 THEN 1 ELSE 0 END", lu), "z."+pa), pa, e, st, EdgePending, StrandedBatch))
 	// $1 Waiting: children still waiting whose edges no longer hold them
 	// (their marks committed, the release that followed them lost to a
 	// kill, or two settlements' checks each seeing the other's edge).
-	s.unheld = txt(fmt.Sprintf("SELECT DISTINCT c.%s FROM %s x JOIN %s c ON c.%s = x.%s WHERE x.%s <> %d AND c.%s = $1 AND %s LIMIT %d",
-		id, e, t.Name, id, ch, st, EdgePending, lu, blocked("c."+id, false), StrandedBatch))
+	// Each child once: blocked reads its edges.
+	s.unheld = txt(fmt.Sprintf("SELECT y.%s FROM (SELECT DISTINCT z.%s FROM %s z WHERE z.%s <> %d) y WHERE %s = $1 AND %s LIMIT %d",
+		ch, ch, e, st, EdgePending, probe("p."+lu, "y."+ch), blocked("y."+ch, false), StrandedBatch))
 	return s
 }
 

@@ -229,3 +229,61 @@ func TestClaimsUseThePrimaryKeyOnAnIntegerID(t *testing.T) {
 		}
 	}
 }
+
+// The statements of a table's edges read the table by id, led by the
+// edges, whatever the planner guesses of them: a table of edges never
+// analyzed (one left empty stays so) is guessed at thousands of rows, and
+// Postgres then read every row of a 200,000-row backlog into a hash at
+// each sweep.
+func TestDepsStatementsReadTheTableByID(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.Open(t, testdb.Postgres(t))
+	if err := migrations.Apply(ctx, db, "edge_plan_jobs"); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		"INSERT INTO edge_plan_jobs (payload) SELECT 'x' FROM generate_series(1, 20000)",
+		"ANALYZE edge_plan_jobs",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := migrations.ApplyDependencies(ctx, db, "edge_plan_jobs", "id"); err != nil {
+		t.Fatal(err)
+	}
+	d := dialect.Of(dialect.Postgres)
+	s := d.Deps(dialect.Table{Name: `"edge_plan_jobs"`, ID: `"id"`, LockedUntil: `"locked_until"`, Attempts: `"attempts"`, LastError: `"last_error"`},
+		dialect.Times{Kind: dialect.Postgres, Encoding: dialect.Timestamptz})
+	acked := []int64{1, 2, 3}
+	for name, c := range map[string]dialect.Call{
+		"stranded":  s.Stranded(),
+		"unheld":    s.Unheld(),
+		"release":   s.ReleaseAll(acked),
+		"unblock":   s.Unblock(acked),
+		"toRelease": s.ToRelease(acked),
+	} {
+		rows, err := db.QueryContext(ctx, "EXPLAIN "+c.SQL, c.Args...)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var plan strings.Builder
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan.WriteString(line + "\n")
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(plan.String(), "Seq Scan on edge_plan_jobs ") || strings.Contains(plan.String(), "Seq Scan on edge_plan_jobs\n") {
+			t.Errorf("%s reads the whole table:\n%s", name, plan.String())
+		}
+		// And each runs: nothing to do on a table without edges.
+		if _, err := db.ExecContext(ctx, c.SQL, c.Args...); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+}

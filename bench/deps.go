@@ -141,15 +141,16 @@ func chain(ctx context.Context, db *sql.DB, url string, steps int) (float64, err
 
 // depsReport prints each drain with its ratio to the drain without edges
 // of its round, and the chain's rate.
-func depsReport(rows []depsRow, chainRate float64, steps int) {
-	fmt.Println("way\tjobs/s\tvs without\tlost+dup")
+func depsReport(rows []depsRow, jobs int, chainRate float64, steps int) {
+	fmt.Println("way\tjobs/s\tvs without\tclaims/1k jobs\tdb cpu us/job\tcpu us/job\tlost+dup")
 	for i, r := range rows {
 		other := rows[i^1]
 		without := r.res.JobsPerSec
 		if r.way == "with" {
 			without = other.res.JobsPerSec
 		}
-		fmt.Printf("%s\t%.0f\t%.2fx\t%d\n", r.way, r.res.JobsPerSec, r.res.JobsPerSec/without, r.bad)
+		fmt.Printf("%s\t%.0f\t%.2fx\t%.1f\t%.1f\t%.1f\t%d\n", r.way, r.res.JobsPerSec, r.res.JobsPerSec/without,
+			float64(r.res.Claims)*1000/float64(jobs), r.res.DBCPUPerJob(jobs), r.res.CPUPerJob(jobs), r.bad)
 	}
 	if steps > 0 {
 		fmt.Printf("chain of %d steps (HandleTx, each publishing the next with After): %.0f steps/s\n", steps, chainRate)

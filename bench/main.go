@@ -126,7 +126,7 @@ func main() {
 		dr := depsRun{pg: *pg, jobs: *depsJobs, instances: *instances, workers: *workers, rounds: max(1, *depsRounds), steps: *chainSteps}
 		rows, rate, err := dr.run(ctx)
 		check(err)
-		depsReport(rows, rate, dr.steps)
+		depsReport(rows, dr.jobs, rate, dr.steps)
 		return
 	}
 	if *limits != "" {

@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,9 +29,10 @@ func TestHistorySteadyPrune(t *testing.T) {
 	if err != nil {
 		t.Skip("set SQLINBOX_HISTORY_STEADY to the history phase's length (2m) to run it")
 	}
-	url := "sqlite://" + filepath.Join(t.TempDir(), "steady.db")
+	file := filepath.Join(t.TempDir(), "steady.db")
+	url := "sqlite://" + file
 	if os.Getenv("SQLINBOX_HISTORY_STEADY_DB") != "sqlite" {
-		url = inboxtest.Postgres(t)
+		url, file = inboxtest.Postgres(t), ""
 	}
 	ctx := context.Background()
 	b := open(t, url)
@@ -38,14 +40,17 @@ func TestHistorySteadyPrune(t *testing.T) {
 	if err := migrations.ApplyHistory(ctx, b.DB(), "jobs", "id", ""); err != nil {
 		t.Fatal(err)
 	}
-	base := steadyPhase(t, b, phase/2, 0)
-	hist := steadyPhase(t, b, phase, retention)
+	base := steadyPhase(t, b, file, phase/2, 0)
+	hist := steadyPhase(t, b, file, phase, retention)
 	t.Logf("claims without a history: %s", base.claims)
 	t.Logf("claims with History(%v) and its prune: %s", retention, hist.claims)
 	for i, m := range hist.minutes {
 		t.Logf("claims in minute %d: %s", i+1, m)
 	}
 	t.Logf("history rows every 5 s: %v", hist.sizes)
+	if file != "" {
+		t.Logf("database file and its log, KiB every 5 s: %v", hist.files)
+	}
 	// The retention's rows, a prune interval's (a tenth of it) more, and
 	// a fifth for slack.
 	bound := int64(rate) * int64((retention+retention/10)/time.Second) * 12 / 10
@@ -66,6 +71,7 @@ type steadyResult struct {
 	claims  durations
 	minutes []durations // the phase's claims minute by minute
 	sizes   []int64
+	files   []string // SQLite: the database's and its log's sizes
 	acked   int64
 }
 
@@ -77,8 +83,8 @@ func (d durations) String() string {
 
 // steadyPhase publishes 500 rows every 100 ms for d, handled by a service
 // of 32 workers (with History(retention) when positive), and times its
-// claims.
-func steadyPhase(t *testing.T, b *inbox.Broker, d, retention time.Duration) steadyResult {
+// claims. file is the SQLite database's, "" on Postgres.
+func steadyPhase(t *testing.T, b *inbox.Broker, file string, d, retention time.Duration) steadyResult {
 	ctx := context.Background()
 	var mu sync.Mutex
 	var claims []time.Duration
@@ -134,6 +140,9 @@ loop:
 				}
 				res.sizes = append(res.sizes, n)
 			}
+			if file != "" {
+				res.files = append(res.files, fmt.Sprintf("%d/%d", kib(file), kib(file+"-wal")))
+			}
 		case <-end:
 			break loop
 		}
@@ -150,6 +159,15 @@ loop:
 		res.minutes = append(res.minutes, percentiles(m))
 	}
 	return res
+}
+
+// kib is the size of file in KiB, -1 if it is missing.
+func kib(file string) int64 {
+	fi, err := os.Stat(file)
+	if err != nil {
+		return -1
+	}
+	return fi.Size() >> 10
 }
 
 // percentiles sorts ds and reads its p50, p99 and max.

@@ -55,6 +55,10 @@ type Releaser struct {
 	acks    *groupcommit.Committer[int64]
 	pending sync.WaitGroup
 
+	// held is the connection the acks' releases run on while they follow
+	// each other (see releaseHeld); only the committer's goroutine uses it.
+	held *sql.Conn
+
 	mu    sync.Mutex
 	swept time.Time
 	later []int64 // handed-off acks waiting for their linger (AckedLater)
@@ -63,7 +67,7 @@ type Releaser struct {
 // New returns the releaser of cfg.
 func New(cfg Config) *Releaser {
 	r := &Releaser{cfg: cfg}
-	r.acks = groupcommit.New(groupcommit.Config[int64]{Flush: r.flush, Max: 1000})
+	r.acks = groupcommit.New(groupcommit.Config[int64]{Flush: r.flush, Max: 1000, Rest: r.letGo})
 	return r
 }
 
@@ -124,7 +128,7 @@ func (r *Releaser) flush(batch []int64, _ []error) {
 	var n int
 	var err error
 	for try := 1; ; try++ {
-		n, err = r.Release(ctx, batch)
+		n, err = r.releaseHeld(ctx, batch)
 		if err == nil || try >= conflictTries || r.cfg.Conflict == nil || !r.cfg.Conflict(err) {
 			break
 		}
@@ -143,6 +147,40 @@ func (r *Releaser) flush(batch []int64, _ []error) {
 	}
 }
 
+// releaseHeld is Release on the connection held while releases follow each
+// other, taken from the pool for the first and given back once none is
+// queued (letGo). Each connection's first statement on the table of edges
+// loads its catalog entries, about 5 ms of the database's time: spread
+// over the pool, every connection of a new pool paid it (3-4 us a job in
+// a drain of 200,000 rows over 150 connections).
+func (r *Releaser) releaseHeld(ctx context.Context, acked []int64) (int, error) {
+	if r.cfg.Writer != nil {
+		// SQLite: a connection is taken after the write turn, never held
+		// while waiting for it.
+		return r.Release(ctx, acked)
+	}
+	if r.held == nil {
+		c, err := r.cfg.DB.Conn(ctx)
+		if err != nil {
+			return 0, err
+		}
+		r.held = c
+	}
+	n, err := r.release(ctx, r.held, acked)
+	if err != nil {
+		r.letGo() // a connection that failed is not kept
+	}
+	return n, err
+}
+
+// letGo gives the held connection back to the pool: no release is queued.
+func (r *Releaser) letGo() {
+	if r.held != nil {
+		_ = r.held.Close()
+		r.held = nil
+	}
+}
+
 // secondWake is when a release wakes the table's subscriptions again.
 const secondWake = 50 * time.Millisecond
 
@@ -150,50 +188,54 @@ const secondWake = 50 * time.Millisecond
 // acked rows themselves (as children), and makes available the children
 // no parent holds any more. It returns how many it made available.
 func (r *Releaser) Release(ctx context.Context, acked []int64) (int, error) {
+	return r.release(ctx, r.cfg.DB, acked)
+}
+
+func (r *Releaser) release(ctx context.Context, db querier, acked []int64) (int, error) {
 	if err := r.cfg.Writer.Lock(ctx); err != nil {
 		return 0, err
 	}
 	defer r.cfg.Writer.Unlock()
 	s := r.cfg.SQL
 	if c := s.ToRelease(acked); c.SQL != "" {
-		if found, err := r.readIDs(ctx, c); err != nil || len(found) == 0 {
+		if found, err := r.readIDs(ctx, db, c); err != nil || len(found) == 0 {
 			return 0, err
 		}
 	}
 	if one := s.ReleaseAll(acked); one.SQL != "" {
-		ids, err := r.readIDs(ctx, one)
+		ids, err := r.readIDs(ctx, db, one)
 		return len(ids), err
 	}
-	children, err := r.readIDs(ctx, s.MarkAcked(acked))
+	children, err := r.readIDs(ctx, db, s.MarkAcked(acked))
 	if err != nil {
 		return 0, err
 	}
 	if then := s.MarkAckedThen(acked); then.SQL != "" && len(children) > 0 {
-		if err := r.exec(ctx, then); err != nil {
+		if err := r.exec(ctx, db, then); err != nil {
 			return 0, err
 		}
 	}
-	if err := r.exec(ctx, s.DropChildren(acked)); err != nil {
+	if err := r.exec(ctx, db, s.DropChildren(acked)); err != nil {
 		return 0, err
 	}
-	ready, err := r.unblock(ctx, children)
+	ready, err := r.unblock(ctx, db, children)
 	return len(ready), err
 }
 
 // unblock makes available the children that no edge holds any more (on
 // Postgres passing over those another transaction has locked, see
 // dialect.DepsSQL.Unblock).
-func (r *Releaser) unblock(ctx context.Context, children []int64) ([]int64, error) {
+func (r *Releaser) unblock(ctx context.Context, db querier, children []int64) ([]int64, error) {
 	if len(children) == 0 {
 		return nil, nil
 	}
 	s := r.cfg.SQL
-	ready, err := r.readIDs(ctx, s.Unblock(children))
+	ready, err := r.readIDs(ctx, db, s.Unblock(children))
 	if err != nil || len(ready) == 0 {
 		return ready, err
 	}
 	if then := s.UnblockThen(ready); then.SQL != "" {
-		return ready, r.exec(ctx, then)
+		return ready, r.exec(ctx, db, then)
 	}
 	return ready, nil
 }
@@ -239,7 +281,7 @@ func (r *Releaser) Parked(ctx context.Context, parent int64, lastError string) e
 func (r *Releaser) fail(ctx context.Context, f failure) ([]failure, int, error) {
 	s := r.cfg.SQL
 	var run, park, del []int64
-	err := r.query(ctx, s.MarkFailed(f.id), func(rows *sql.Rows) error {
+	err := r.query(ctx, r.cfg.DB, s.MarkFailed(f.id), func(rows *sql.Rows) error {
 		var child int64
 		var policy int
 		if err := rows.Scan(&child, &policy); err != nil {
@@ -259,19 +301,19 @@ func (r *Releaser) fail(ctx context.Context, f failure) ([]failure, int, error) 
 		return nil, 0, err
 	}
 	if then := s.MarkFailedThen(f.id); then.SQL != "" {
-		if err := r.exec(ctx, then); err != nil {
+		if err := r.exec(ctx, r.cfg.DB, then); err != nil {
 			return nil, 0, err
 		}
 	}
 	msg := fmt.Sprintf("parent %d %s: %s", f.id, f.what, f.err)
 	var out []failure
 	if len(park) > 0 {
-		parked, err := r.readIDs(ctx, s.ParkWaiting(park, msg))
+		parked, err := r.readIDs(ctx, r.cfg.DB, s.ParkWaiting(park, msg))
 		if err != nil {
 			return nil, 0, err
 		}
 		if then := s.ParkWaitingThen(parked, msg); then.SQL != "" && len(parked) > 0 {
-			if err := r.exec(ctx, then); err != nil {
+			if err := r.exec(ctx, r.cfg.DB, then); err != nil {
 				return nil, 0, err
 			}
 		}
@@ -280,17 +322,17 @@ func (r *Releaser) fail(ctx context.Context, f failure) ([]failure, int, error) 
 		}
 	}
 	if len(del) > 0 {
-		deleted, err := r.readIDs(ctx, s.DeleteWaiting(del))
+		deleted, err := r.readIDs(ctx, r.cfg.DB, s.DeleteWaiting(del))
 		if err != nil {
 			return nil, 0, err
 		}
 		if len(deleted) > 0 {
 			if then := s.DeleteWaitingThen(deleted); then.SQL != "" {
-				if err := r.exec(ctx, then); err != nil {
+				if err := r.exec(ctx, r.cfg.DB, then); err != nil {
 					return nil, 0, err
 				}
 			}
-			if err := r.exec(ctx, s.DropChildren(deleted)); err != nil {
+			if err := r.exec(ctx, r.cfg.DB, s.DropChildren(deleted)); err != nil {
 				return nil, 0, err
 			}
 		}
@@ -298,7 +340,7 @@ func (r *Releaser) fail(ctx context.Context, f failure) ([]failure, int, error) 
 			out = append(out, failure{id: id, what: "deleted", err: msg})
 		}
 	}
-	ready, err := r.unblock(ctx, run)
+	ready, err := r.unblock(ctx, r.cfg.DB, run)
 	return out, len(ready), err
 }
 
@@ -324,7 +366,7 @@ func (r *Releaser) Sweep(ctx context.Context) {
 func (r *Releaser) sweep(ctx context.Context) error {
 	var gone []int64
 	var parked []failure
-	err := r.query(ctx, r.cfg.SQL.Stranded(), func(rows *sql.Rows) error {
+	err := r.query(ctx, r.cfg.DB, r.cfg.SQL.Stranded(), func(rows *sql.Rows) error {
 		var id int64
 		var isGone int
 		var lastError string
@@ -362,14 +404,14 @@ func (r *Releaser) sweep(ctx context.Context) error {
 // marked: a release is several statements on SQLite and MariaDB, and a
 // kill between the mark and the release leaves no edge pending.
 func (r *Releaser) sweepUnheld(ctx context.Context) error {
-	ids, err := r.readIDs(ctx, r.cfg.SQL.Unheld())
+	ids, err := r.readIDs(ctx, r.cfg.DB, r.cfg.SQL.Unheld())
 	if err != nil || len(ids) == 0 {
 		return err
 	}
 	if err := r.cfg.Writer.Lock(ctx); err != nil {
 		return err
 	}
-	ready, err := r.unblock(ctx, ids)
+	ready, err := r.unblock(ctx, r.cfg.DB, ids)
 	r.cfg.Writer.Unlock()
 	if len(ready) > 0 && r.cfg.Released != nil {
 		r.cfg.Released()
@@ -377,13 +419,19 @@ func (r *Releaser) sweepUnheld(ctx context.Context) error {
 	return err
 }
 
-func (r *Releaser) exec(ctx context.Context, c dialect.Call) error {
-	_, err := r.cfg.DB.ExecContext(ctx, c.SQL, c.Args...)
+// querier is the pool, or the connection the acks' releases hold.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func (r *Releaser) exec(ctx context.Context, db querier, c dialect.Call) error {
+	_, err := db.ExecContext(ctx, c.SQL, c.Args...)
 	return err
 }
 
-func (r *Releaser) query(ctx context.Context, c dialect.Call, each func(*sql.Rows) error) error {
-	rows, err := r.cfg.DB.QueryContext(ctx, c.SQL, c.Args...)
+func (r *Releaser) query(ctx context.Context, db querier, c dialect.Call, each func(*sql.Rows) error) error {
+	rows, err := db.QueryContext(ctx, c.SQL, c.Args...)
 	if err != nil {
 		return err
 	}
@@ -396,9 +444,9 @@ func (r *Releaser) query(ctx context.Context, c dialect.Call, each func(*sql.Row
 	return rows.Err()
 }
 
-func (r *Releaser) readIDs(ctx context.Context, c dialect.Call) ([]int64, error) {
+func (r *Releaser) readIDs(ctx context.Context, db querier, c dialect.Call) ([]int64, error) {
 	var ids []int64
-	err := r.query(ctx, c, func(rows *sql.Rows) error {
+	err := r.query(ctx, db, c, func(rows *sql.Rows) error {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
 			return err

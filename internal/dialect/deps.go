@@ -207,6 +207,16 @@ UPDATE %s SET %s = NULL WHERE %s IN (%s) RETURNING %s`,
 		s.unblock = txt(fmt.Sprintf("UPDATE %s SET %s = NULL WHERE %s AND %s = $2 AND %s RETURNING %s", t.Name, lu, d.idsIn(id, 1), lu, blocked(t.Name+"."+id, false), id))
 	}
 	s.writeFailed(d, t, e, txt)
+	s.writeReads(d, t, e, txt, probe, blocked)
+	return s
+}
+
+// writeReads writes the statements that read edges beside the table's
+// rows: Count, and the sweep's Stranded and Unheld. probe and blocked are
+// Deps'.
+func (s *DepsSQL) writeReads(d *Dialect, t Table, e string, txt func(string) text, probe func(value, ref string) string, blocked func(c string, acked bool) string) {
+	ch, pa, st := d.Quote(DepsChildColumn), d.Quote(DepsParentColumn), d.Quote(DepsStateColumn)
+	id, lu := t.ID, t.LockedUntil
 	// $1 the child, $2 Never. A pending edge whose parent is gone counts
 	// as acked, and one whose parent is parked as failed: the release that
 	// marks it may still be queued when the child runs (released by the
@@ -228,7 +238,6 @@ FROM %[7]s x LEFT JOIN %[8]s p ON x.%[1]s = %[2]d AND p.%[3]s = x.%[9]s WHERE x.
 	// Each child once: blocked reads its edges.
 	s.unheld = txt(fmt.Sprintf("SELECT y.%s FROM (SELECT DISTINCT z.%s FROM %s z WHERE z.%s <> %d) y WHERE %s = $1 AND %s LIMIT %d",
 		ch, ch, e, st, EdgePending, probe("p."+lu, "y."+ch), blocked("y."+ch, false), StrandedBatch))
-	return s
 }
 
 // writeFailed writes the statements run when a parent fails (is parked).

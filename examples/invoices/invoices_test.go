@@ -192,8 +192,12 @@ func TestDemoSharesWorkAndTouchesOnlyItsRows(t *testing.T) {
 			if err := WriteInvoices(ctx, other, "someone-else", 99, 1); err != nil {
 				t.Fatal(err)
 			}
+			// 40 invoices: one instance alone needs 10 rounds of its four
+			// workers (500 ms at RenderTime), two poll intervals; with 20
+			// (one interval) the other, starved of CPU in a loaded -race
+			// run, once claimed nothing before the first had rendered all.
 			var out strings.Builder
-			per, err := demo(ctx, url, 20, false, &out)
+			per, err := demo(ctx, url, 40, false, &out)
 			if err != nil {
 				t.Fatalf("%v\n%s", err, out.String())
 			}

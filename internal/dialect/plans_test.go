@@ -208,23 +208,9 @@ func TestClaimsUseThePrimaryKeyOnAnIntegerID(t *testing.T) {
 			"lease":   q.ClaimLease.Call(now, time.Minute, 10, nil, 15000),
 			"rowlock": q.SelectAvailable.Call(now, nil, 15000),
 		} {
-			rows, err := db.QueryContext(ctx, "EXPLAIN "+c.SQL, c.Args...)
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			var plan strings.Builder
-			for rows.Next() {
-				var line string
-				if err := rows.Scan(&line); err != nil {
-					t.Fatal(err)
-				}
-				plan.WriteString(line + "\n")
-			}
-			if err := rows.Err(); err != nil {
-				t.Fatal(err)
-			}
-			if !strings.Contains(plan.String(), "Index Scan using int_jobs_pkey") || !strings.Contains(plan.String(), "Index Cond: (id >=") {
-				t.Errorf("%s (one heap %v): the resume point is not an index condition on the primary key:\n%s", name, oneHeap, plan.String())
+			plan := explain(t, db, name, c)
+			if !strings.Contains(plan, "Index Scan using int_jobs_pkey") || !strings.Contains(plan, "Index Cond: (id >=") {
+				t.Errorf("%s (one heap %v): the resume point is not an index condition on the primary key:\n%s", name, oneHeap, plan)
 			}
 		}
 	}
@@ -263,27 +249,35 @@ func TestDepsStatementsReadTheTableByID(t *testing.T) {
 		"unblock":   s.Unblock(acked),
 		"toRelease": s.ToRelease(acked),
 	} {
-		rows, err := db.QueryContext(ctx, "EXPLAIN "+c.SQL, c.Args...)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		var plan strings.Builder
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(line + "\n")
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(plan.String(), "Seq Scan on edge_plan_jobs ") || strings.Contains(plan.String(), "Seq Scan on edge_plan_jobs\n") {
-			t.Errorf("%s reads the whole table:\n%s", name, plan.String())
+		plan := explain(t, db, name, c)
+		if strings.Contains(plan, "Seq Scan on edge_plan_jobs ") || strings.Contains(plan, "Seq Scan on edge_plan_jobs\n") {
+			t.Errorf("%s reads the whole table:\n%s", name, plan)
 		}
 		// And each runs: nothing to do on a table without edges.
 		if _, err := db.ExecContext(ctx, c.SQL, c.Args...); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
+}
+
+// explain is Postgres's plan of c, a line each.
+func explain(t *testing.T, db *sql.DB, name string, c dialect.Call) string {
+	t.Helper()
+	rows, err := db.Query("EXPLAIN "+c.SQL, c.Args...)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	defer rows.Close()
+	var plan strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return plan.String()
 }

@@ -28,6 +28,12 @@ import (
 // the children of the rows it acks, in every claim form (see
 // docs/workflows.md). Until then the row's state is StateWaiting.
 //
+// A step published After the handled row alone, in its HandleTx, is
+// available at the commit: no release is waited for. On Postgres in the
+// lease form, the first such step of the handler's own queue is written
+// leased to the handler's subscription (its attempt counted), whose worker
+// takes it once the transaction commits, with no claim.
+//
 // Default: no parents (the row is available as Delay and At say). Bound:
 // positive ids, at most MaxParents; not with Delay or At (a waiting row's
 // locked_until is the wait's).
@@ -245,7 +251,7 @@ func waitFor(q *dialect.DepsSQL, child int64, cfg *publishConfig, query queryFun
 		if err := run(q.AddAckedEdge(child, int(cfg.policy), parents[0]), query, exec); err != nil {
 			return err
 		}
-		cfg.handOff()
+		cfg.handedOff()
 		return nil
 	}
 	type found struct {
@@ -319,11 +325,24 @@ func (c *publishConfig) acksParents() bool {
 	return true
 }
 
-// handOff records that a row After the handler's own row alone was
-// written in its transaction (see publishConfig.handedOff).
-func (c *publishConfig) handOff() {
-	if c.handedOff != nil {
-		c.handedOff.Store(true)
+// adoptTo is the subscription a step to table and group is written leased
+// to: the handler's own where it can take one (see adoptable) and the step
+// is of its queue and the handling's first; nil otherwise.
+func (c *publishConfig) adoptTo(table, group string) *adoptable {
+	if c.handOff == nil || c.handOff.step != nil {
+		return nil
+	}
+	if to := c.handOff.to; to != nil && to.table == table && to.group == group {
+		return to
+	}
+	return nil
+}
+
+// handedOff records that a row After the handler's own row alone was
+// written in its transaction (see handOff.written).
+func (c *publishConfig) handedOff() {
+	if c.handOff != nil {
+		c.handOff.written.Store(true)
 	}
 }
 

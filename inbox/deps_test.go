@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sqlinbox/sqlinbox/clock"
 	"github.com/sqlinbox/sqlinbox/inbox"
 	"github.com/sqlinbox/sqlinbox/inboxtest"
 	"github.com/sqlinbox/sqlinbox/internal/claim"
@@ -147,14 +150,19 @@ func TestDepsParentGoneAndNoTable(t *testing.T) {
 
 // A child published in its parent's HandleTx transaction commits with the
 // parent's ack: a failed attempt leaves no child, the one that succeeds
-// leaves one, written available (no release to wait for), which runs after
-// its parent. Every form, every database.
+// leaves one, written available (no release to wait for; in the lease form
+// on Postgres leased to the subscription, which takes it with no claim),
+// which runs after its parent. Every form, every database.
 func TestDepsChildInHandleTx(t *testing.T) {
 	eachFormDB(t, func(t *testing.T, form claim.Form, url string) {
 		b := open(t, url)
 		table := depsTable(t, b)
 		q := inbox.MustQueue[Job](table)
 		parent := publishP(t, b, q, "parent")
+		adopted := 0
+		if form.Name() == "lease" && b.Dialect() == "postgres" {
+			adopted = 1
+		}
 		var mu sync.Mutex
 		attempts := 0
 		var children []int64
@@ -177,10 +185,12 @@ func TestDepsChildInHandleTx(t *testing.T) {
 				return err
 			}
 			// The parent's ack commits with this transaction: the child is
-			// written available, its edge acked, and needs no release.
-			var waiting, state int
-			if err := tx.QueryRow(fmt.Sprintf("SELECT CASE WHEN locked_until IS NULL THEN 0 ELSE 1 END FROM %s WHERE id = %d", table, id)).Scan(&waiting); err != nil || waiting != 0 {
-				t.Errorf("the child of the row this transaction acks waits (%d, %v), want it available", waiting, err)
+			// written available, its edge acked, and needs no release; in
+			// the lease form on Postgres it is written leased to this
+			// subscription, its attempt counted, and taken at the commit.
+			var waiting, tries, state int
+			if err := tx.QueryRow(fmt.Sprintf("SELECT CASE WHEN locked_until IS NULL THEN 0 ELSE 1 END, attempts FROM %s WHERE id = %d", table, id)).Scan(&waiting, &tries); err != nil || waiting != adopted || tries != adopted {
+				t.Errorf("the child of the row this transaction acks: leased %d, attempts %d (%v); want %d, %d", waiting, tries, err, adopted, adopted)
 			}
 			if err := tx.QueryRow(fmt.Sprintf("SELECT state FROM %s_deps WHERE child_id = %d", table, id)).Scan(&state); err != nil || state != dialect.EdgeAcked {
 				t.Errorf("its edge's state %d (%v), want acked", state, err)
@@ -736,4 +746,119 @@ func TestDepsHandOffBesideAnEarlierChild(t *testing.T) {
 			t.Fatalf("ran %v, want the earlier child and the step once each", got)
 		}
 	})
+}
+
+// A step its HandleTx publishes After the handled row alone is written
+// leased to the subscription (lease form, Postgres), its attempt counted,
+// and taken by the worker that made it with no claim: a chain of steps
+// runs each step once, in order, on one claim and no wake; its lease is
+// the one the acks are fenced on, on the host's clock and on the
+// database's (with notifications, which the step's insert sends none of).
+func TestDepsStepAdopted(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		workers int
+		opts    []inbox.Option
+	}{
+		{"workers=1", 1, nil},
+		{"workers=4/database-clock/notify", 4, []inbox.Option{inbox.WithClock(clock.Database{}), inbox.ListenNotify()}},
+	} {
+		workers := c.workers
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := open(t, inboxtest.Postgres(t), c.opts...)
+			q := inbox.MustQueue[Job](depsTable(t, b))
+			const steps = 40
+			type ran struct{ step, attempts int }
+			got := make(chan ran, steps+1)
+			sub, err := inbox.SubscribeTx(b, q, func(ctx context.Context, tx *sql.Tx, j Job) error {
+				n, _ := strconv.Atoi(string(j.Payload))
+				got <- ran{n, j.Attempts}
+				if n == steps {
+					return nil
+				}
+				_, err := inbox.PublishTx(ctx, b, tx, q, Job{Payload: []byte(strconv.Itoa(n + 1))}, inbox.After(j.ID))
+				return err
+			}, inbox.Workers(workers))
+			if err != nil {
+				t.Fatal(err)
+			}
+			publishP(t, b, q, "1")
+			stop := inboxtest.RunSubscription(t, sub)
+			for i := 1; i <= steps; i++ {
+				select {
+				case r := <-got:
+					if r.step != i || r.attempts != 1 {
+						t.Fatalf("handled step %d at attempt %d, want step %d at attempt 1", r.step, r.attempts, i)
+					}
+				case <-time.After(inboxtest.Timeout):
+					t.Fatalf("step %d did not run", i)
+				}
+			}
+			stop()
+			st := sub.Stats()
+			t.Logf("%d steps: %d claim statements, %d rows claimed or adopted", steps, st.Claims, st.Claimed)
+			if st.Claimed != steps || st.Acked != steps {
+				t.Errorf("claimed %d, acked %d; want %d each", st.Claimed, st.Acked, steps)
+			}
+			if st.Claims > steps/4 {
+				t.Errorf("%d claim statements for %d steps: the steps were claimed, not adopted", st.Claims, steps)
+			}
+			select {
+			case r := <-got:
+				t.Errorf("step %d ran twice", r.step)
+			default:
+			}
+		})
+	}
+}
+
+// A step adopted as its subscription stops is given back, its attempt
+// returned: the next subscription claims it and handles it once.
+func TestDepsStepAdoptedAtStop(t *testing.T) {
+	b := open(t, inboxtest.Postgres(t))
+	table := depsTable(t, b)
+	q := inbox.MustQueue[Job](table)
+	publishP(t, b, q, "parent")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var child atomic.Int64
+	sub, err := inbox.SubscribeTx(b, q, func(hctx context.Context, tx *sql.Tx, j Job) error {
+		if string(j.Payload) != "parent" {
+			t.Errorf("the first subscription handled %q after its stop", j.Payload)
+			return nil
+		}
+		id, err := inbox.PublishTx(hctx, b, tx, q, Job{Payload: []byte("child")}, inbox.After(j.ID))
+		child.Store(id)
+		cancel() // the subscription stops while this handler runs
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var attempts int
+	var leased bool
+	if err := b.DB().QueryRow(fmt.Sprintf("SELECT attempts, COALESCE(locked_until > now(), false) FROM %s WHERE id = $1", table), child.Load()).Scan(&attempts, &leased); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 0 || leased {
+		t.Fatalf("the step adopted at the stop: attempts %d, leased %v; want it given back (0, false)", attempts, leased)
+	}
+	ran := make(chan Job, 2)
+	next, err := inbox.Subscribe(b, q, func(_ context.Context, j Job) error { ran <- j; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	inboxtest.RunSubscription(t, next)
+	select {
+	case j := <-ran:
+		if j.ID != child.Load() || j.Attempts != 1 {
+			t.Fatalf("handled row %d at attempt %d, want the step %d at attempt 1", j.ID, j.Attempts, child.Load())
+		}
+	case <-time.After(inboxtest.Timeout):
+		t.Fatal("the step given back at the stop did not run")
+	}
 }

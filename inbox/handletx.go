@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 
@@ -47,7 +48,14 @@ func SubscribeTx[T any](b *Broker, q Queue[T], h TxHandler[T], opts ...SubOption
 		return nil, err
 	}
 	sub.handleJob = func(ctx context.Context, j *claim.Job) error {
-		return handleTx(ctx, b, j, func(ctx context.Context, tx *sql.Tx) error { return h(ctx, tx, *j.Value.(*T)) })
+		ho := &handOff{to: sub.adopt}
+		err := handleTx(ctx, b, j, ho, func(ctx context.Context, tx *sql.Tx) error { return h(ctx, tx, *j.Value.(*T)) })
+		if err == nil && ho.step != nil {
+			if e := sub.eng.Load(); e != nil {
+				e.Adopt(ctx, []*claim.Job{ho.step})
+			}
+		}
+		return err
 	}
 	return sub, nil
 }
@@ -63,24 +71,24 @@ func HandleTx[T any](svc *Service, q Queue[T], h TxHandler[T], opts ...SubOption
 	return sub, nil
 }
 
-// handleTx runs h in a transaction, acks j in it and commits.
-func handleTx(ctx context.Context, b *Broker, j *claim.Job, h func(context.Context, *sql.Tx) error) (err error) {
+// handleTx runs h in a transaction, acks j in it and commits. The
+// publishes in it share ho.
+func handleTx(ctx context.Context, b *Broker, j *claim.Job, ho *handOff, h func(context.Context, *sql.Tx) error) (err error) {
 	if j.Err != nil {
 		return j.Err
 	}
 	st := deps.Unwrap(slots.Unwrap(j.Settler)) // the form's own, under a limit's slot and a release
-	// Set once a step After this row alone is published in the
-	// transaction: that step is available at the commit, so the settlement
-	// need not wait for this row's release (deps.HandedOff).
-	handedOff := new(atomic.Bool)
 	defer func() {
-		if err == nil && handedOff.Load() {
+		if err != nil {
+			ho.step = nil // rolled back with the transaction
+		}
+		if err == nil && ho.written.Load() {
 			deps.HandedOff(slots.Unwrap(j.Settler))
 		}
 	}()
 	if lender, ok := st.(claim.TxLender); ok {
 		tx := lender.LendTx()
-		return handleHeldTx(withAckTx(ctx, tx, j.ID, handedOff), tx, h)
+		return handleHeldTx(withAckTx(ctx, tx, j.ID, ho), tx, h)
 	}
 	acker, ok := st.(claim.TxAcker)
 	if !ok {
@@ -112,7 +120,7 @@ func handleTx(ctx context.Context, b *Broker, j *claim.Job, h func(context.Conte
 			tx.Rollback()
 		}
 	}()
-	if err := h(withAckTx(ctx, tx, j.ID, handedOff), tx); err != nil {
+	if err := h(withAckTx(ctx, tx, j.ID, ho), tx); err != nil {
 		done = true
 		tx.Rollback()
 		return err
@@ -161,25 +169,49 @@ func handleHeldTx(ctx context.Context, tx *sql.Tx, h func(context.Context, *sql.
 }
 
 // ackTx is the handler's transaction and the row whose ack commits with
-// it; handedOff is set once a row waiting for that row alone was
-// published in it.
+// it, and what the publishes in it share (handOff).
 type ackTx struct {
-	tx        *sql.Tx
-	id        int64
-	handedOff *atomic.Bool
+	tx *sql.Tx
+	id int64
+	ho *handOff
+}
+
+// handOff is what a HandleTx handling shares with the publishes in its
+// transaction.
+type handOff struct {
+	// written is set once a step After the handled row alone is written:
+	// it is available at the commit, so the settlement need not wait for
+	// the row's release (deps.HandedOff).
+	written atomic.Bool
+	// to, where the subscription can take such a step as its own, says
+	// how (nil: steps are written available, for any claim).
+	to *adoptable
+	// step is the first step to.adopter adopted, written leased to the
+	// subscription: the engine takes it once the transaction commits.
+	step *claim.Job
+}
+
+// adoptable is what a step needs to be written leased to a subscription,
+// which then takes it with no claim (claim.Adopter): its queue, what its
+// claim returns, its lease.
+type adoptable struct {
+	table, group string
+	returning    string
+	lease        time.Duration
+	adopter      claim.Adopter
 }
 
 type ackTxKey struct{}
 
-func withAckTx(ctx context.Context, tx *sql.Tx, id int64, handedOff *atomic.Bool) context.Context {
-	return context.WithValue(ctx, ackTxKey{}, ackTx{tx: tx, id: id, handedOff: handedOff})
+func withAckTx(ctx context.Context, tx *sql.Tx, id int64, ho *handOff) context.Context {
+	return context.WithValue(ctx, ackTxKey{}, ackTx{tx: tx, id: id, ho: ho})
 }
 
 // ackedWith is the row whose ack commits with tx, when tx is the handler's
 // transaction ctx was given with: a child published there with
 // After(that row) needs no release, since the row is acked when the child
 // is seen, and not at all when it is not (0 otherwise).
-func ackedWith(ctx context.Context, tx any) (int64, *atomic.Bool) {
+func ackedWith(ctx context.Context, tx any) (int64, *handOff) {
 	a, ok := ctx.Value(ackTxKey{}).(ackTx)
 	if !ok {
 		return 0, nil
@@ -187,11 +219,11 @@ func ackedWith(ctx context.Context, tx any) (int64, *atomic.Bool) {
 	switch t := tx.(type) {
 	case *sql.Tx:
 		if t == a.tx {
-			return a.id, a.handedOff
+			return a.id, a.ho
 		}
 	case *sqlx.Tx:
 		if t.Tx == a.tx {
-			return a.id, a.handedOff
+			return a.id, a.ho
 		}
 	}
 	return 0, nil
@@ -200,9 +232,9 @@ func ackedWith(ctx context.Context, tx any) (int64, *atomic.Bool) {
 // ackedParent adds to opts the row whose ack commits with tx, if any (see
 // ackedWith).
 func ackedParent(ctx context.Context, tx any, opts []PublishOption) []PublishOption {
-	id, handedOff := ackedWith(ctx, tx)
+	id, ho := ackedWith(ctx, tx)
 	if id == 0 {
 		return opts
 	}
-	return append(slices.Clone(opts), func(c *publishConfig) { c.ackedInTx, c.handedOff = id, handedOff })
+	return append(slices.Clone(opts), func(c *publishConfig) { c.ackedInTx, c.handOff = id, ho })
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -112,10 +111,11 @@ type publishConfig struct {
 	// ackedInTx is the row whose ack commits with the publish's
 	// transaction (its HandleTx): as a parent it counts as acked.
 	ackedInTx int64
-	// handedOff, with ackedInTx, is set once a row published After that
-	// row alone was written: the handler's settlement then waits for no
-	// release (see deps.HandedOff).
-	handedOff *atomic.Bool
+	// handOff, with ackedInTx, is what the handling shares with the
+	// publishes of its transaction (a step After that row alone is
+	// recorded there, and may be written leased to the handler's
+	// subscription).
+	handOff *handOff
 }
 
 // Delay makes the row available only once d has passed on the broker's
@@ -249,7 +249,9 @@ func PublishTx[T any](ctx context.Context, b *Broker, tx any, q Queue[T], row T,
 		}
 		return 0, err
 	}
-	b.hub.Wake(q.table, q.group)
+	if _, ho := ackedWith(ctx, tx); ho == nil || ho.step == nil || ho.step.ID != id {
+		b.hub.Wake(q.table, q.group) // a step leased to the handler's subscription needs none
+	}
 	return id, nil
 }
 
@@ -330,10 +332,17 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 	// A step After the row its HandleTx acks, on Postgres: its edge is
 	// written in the insert's statement.
 	handOff := ds != nil && cfg.acksParents() && b.d.Kind == dialect.Postgres && q.shape.column(RoleKey) == ""
-	ins, fields := b.insertSQL(q.table, q.shape, tm, handOff)
+	var to *adoptable
+	if handOff {
+		to = cfg.adoptTo(q.table, q.group)
+	}
+	ins, fields := b.insertSQL(q.table, q.shape, tm, handOff, to)
 	v := reflect.ValueOf(row)
 	values := q.insertValues(v, fields, b.traceparent(ctx, q.shape))
 	offset, at := cfg.lockedUntil(tm, b.clock.Now())
+	if to != nil {
+		offset = tm.Arg(b.clock.Now(), to.lease) // leased to the handler's subscription
+	}
 	payload := q.group
 	// A payload must stay under Postgres's 8000 bytes: a group too long for
 	// the stamp goes unstamped (its process is woken twice).
@@ -370,10 +379,19 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 	var id int64
 	if ins.HandsOff() {
 		call = ins.HandOff(call, cfg.ackedInTx, int(cfg.policy))
+		if to != nil {
+			j, err := to.adopter.Adopt(queryRow(call.SQL, call.Args...).Scan)
+			if err != nil {
+				return 0, fmt.Errorf("inbox: publish to %q: %w", q.table, err)
+			}
+			cfg.handOff.step = j
+			cfg.handedOff()
+			return j.ID, nil
+		}
 		if err = queryRow(call.SQL, call.Args...).Scan(&id); err != nil {
 			return 0, fmt.Errorf("inbox: publish to %q: %w", q.table, err)
 		}
-		cfg.handOff()
+		cfg.handedOff()
 		return id, nil
 	}
 	if ins.Returns() {
@@ -472,12 +490,16 @@ func (b *Broker) times(ctx context.Context, catalog dialect.Querier, table strin
 
 // insertSQL builds (once per table and row type) the publish statement
 // and the fields it writes, in order.
-func (b *Broker) insertSQL(table string, s *shape, tm dialect.Times, handOff bool) (dialect.PublishSQL, []field) {
+func (b *Broker) insertSQL(table string, s *shape, tm dialect.Times, handOff bool, to *adoptable) (dialect.PublishSQL, []field) {
 	key := table + "\x00" + s.typ.String()
-	edges := ""
+	edges, held := "", ""
 	if handOff {
 		key += "\x00handoff"
 		edges = b.d.Quote(dialect.DepsName(table))
+	}
+	if to != nil {
+		held = to.returning
+		key += "\x00held\x00" + held
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -496,6 +518,8 @@ func (b *Broker) insertSQL(table string, s *shape, tm dialect.Times, handOff boo
 			Key:         quoteOpt(b.d, s.column(RoleKey)),
 			Notify:      b.notifies,
 			HandOff:     edges,
+			Held:        held,
+			Attempts:    quoteOpt(b.d, s.column(RoleAttempts)),
 		}, tm)}
 		b.inserts[key] = ins
 	}

@@ -198,6 +198,9 @@ type Subscription struct {
 	// edges (After); nil without.
 	releaser *deps.Releaser
 	depsSQL  *dialect.DepsSQL
+	// adopt, where set, is how a step its HandleTx publishes After the
+	// handled row is written leased to it (see adoptable).
+	adopt *adoptable
 	// deco is what its service adds around its claims and handlings (set
 	// by the service's Run; empty otherwise).
 	deco    decoration
@@ -340,7 +343,25 @@ func (s *Subscription) check(ctx context.Context) error {
 	}
 	s.claimer, s.history = c, env.History
 	s.newLimiters(t.Table, c)
+	s.adopt = s.adoptable(env)
 	return nil
+}
+
+// adoptable is how a step its HandleTx publishes After the handled row is
+// written leased to this subscription and taken by its next free worker
+// with no claim, or nil where it is not: on Postgres (where a claim waits
+// for its commit's flush: the step's lease commits with the handler's
+// transaction instead), in the lease form, on a table without priorities
+// (the step would pass rows of a higher one) and without a limit or rate
+// (their slots are taken with claims).
+func (s *Subscription) adoptable(env iclaim.Env) *adoptable {
+	a, ok := s.claimer.(iclaim.Adopter)
+	returns := s.b.d.ClaimReturns(env.Table.Table)
+	if !ok || s.handleJob == nil || s.releaser == nil || s.b.d.Kind != dialect.Postgres || returns == "" ||
+		s.limiters() != nil || s.shape.column(RolePriority) != "" {
+		return nil
+	}
+	return &adoptable{table: s.table, group: s.group, returning: returns, lease: s.cfg.lease, adopter: a}
 }
 
 // Run checks the table, then claims and handles rows until ctx is done. On

@@ -197,6 +197,25 @@ func (c *claimer) scan(rows *sql.Rows, max int) ([]*claim.Job, error) {
 	return jobs, nil
 }
 
+// Adopt makes the job of a row leased outside a claim (claim.Adopter): a
+// step published After the handled row, leased in the handler's
+// transaction.
+func (c *claimer) Adopt(scan func(dest ...any) error) (*claim.Job, error) {
+	j, err := claim.ScanJob(c.env.Table, scan)
+	if err != nil {
+		return nil, err
+	}
+	s := &settler{c: c, id: j.ID, lease: j.Lease}
+	if c.env.History != nil {
+		s.claimed = c.env.Clock.Now()
+	}
+	j.Settler = s
+	return j, nil
+}
+
+// Adopted counts adopted jobs in work: their acks are waited for.
+func (c *claimer) Adopted(jobs []*claim.Job) { c.acks.claimed(len(jobs)) }
+
 // readFloor reads where the table's live rows begin when the mark asks for
 // it (see claim.Mark), on Postgres only: elsewhere the mark's floor stays
 // at the table's start.

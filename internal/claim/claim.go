@@ -34,6 +34,7 @@ type (
 	Forgetter  = contract.Forgetter
 	Holder     = contract.Holder
 	Job        = contract.Job
+	Adopter    = contract.Adopter
 )
 
 // ErrLost is contract.ErrLost: a settlement that changed nothing.

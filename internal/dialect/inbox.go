@@ -193,6 +193,16 @@ func (d *Dialect) Inbox(t Table, tm Times) InboxSQL {
 	return s
 }
 
+// ClaimReturns is what a claim of table t returns (see ClaimLeaseSQL), its
+// columns unqualified, where t has no limit or rate ("" where it has): a
+// step its subscription adopts is returned so by its insert (Insert.Held).
+func (d *Dialect) ClaimReturns(t Table) string {
+	if t.Limit.On() || t.Rate.On() {
+		return ""
+	}
+	return inboxTable{d: d, t: t}.returning()
+}
+
 // inboxTable writes the statements of one table.
 type inboxTable struct {
 	d  *Dialect

@@ -88,6 +88,13 @@ type Insert struct {
 	// transaction): the row's acked edge is written, and the parent's own
 	// edges dropped, in the insert's statement (see DepsSQL.AddAckedEdge).
 	HandOff string
+	// Held, with HandOff, is what a claim of the handler's subscription
+	// returns (its columns, unqualified): the row is written leased, until
+	// the time Call's offset gives, its attempt counted in Attempts (quoted,
+	// "" for none), and the statement returns it as that claim would, for
+	// the subscription to adopt (claim.Adopter). It notifies no one.
+	Held     string
+	Attempts string
 }
 
 // PublishSQL writes one row and returns its id; with a key already queued
@@ -113,30 +120,38 @@ func (d *Dialect) Publish(in Insert, tm Times) PublishSQL {
 	n := len(in.Columns) + 1
 	params = append(params, d.publishTime(tm, n))
 	cols := append(slices.Clip(in.Columns), in.LockedUntil)
+	handOff := in.HandOff != "" && d.Kind == Postgres
+	held := handOff && in.Held != ""
+	ret, sel := in.ID, "ins."+in.ID
+	if held {
+		if in.Attempts != "" {
+			cols, params = append(cols, in.Attempts), append(params, "1")
+		}
+		ret, sel, in.Notify = "*", in.Held, false
+	}
 	q := fmt.Sprintf("%s %s (%s) VALUES (%s)%s",
 		d.insertInto(in.Key), in.Table, strings.Join(cols, ", "), strings.Join(params, ", "), d.onConflict(in.Key))
 	if d.Returns() {
-		q += " RETURNING " + in.ID
+		q += " RETURNING " + ret
 	}
 	if tm.InDatabase {
 		n++
 	}
-	handOff := in.HandOff != "" && d.Kind == Postgres
 	switch {
 	case handOff:
-		q = d.withHandOff(q, in.ID, in.HandOff, in.Notify, n+1)
+		q = d.withHandOff(q, in.ID, sel, in.HandOff, in.Notify, n+1)
 	case in.Notify:
 		q = withNotify(q, []string{in.ID}, n+1)
 	}
 	return PublishSQL{text: d.text(q, tm), notify: in.Notify, returns: d.Returns(), handOff: handOff}
 }
 
-// withHandOff wraps a publish returning id so that it also writes the
+// withHandOff wraps a publish (as the CTE ins) so that it also writes the
 // row's edge to the parent of the last parameter but one, acked, under the
 // policy of the last, and drops that parent's own edges (see
-// Insert.HandOff); with notify, it notifies as withNotify does, parameters
-// n and n+1, the parent's n+2 and n+3.
-func (d *Dialect) withHandOff(publish, id, edges string, notify bool, n int) string {
+// Insert.HandOff), and returns sel (of ins, the row id in it); with notify, it notifies as withNotify
+// does, parameters n and n+1, the parent's n+2 and n+3.
+func (d *Dialect) withHandOff(publish, id, sel, edges string, notify bool, n int) string {
 	ch, pa, po, st := d.Quote(DepsChildColumn), d.Quote(DepsParentColumn), d.Quote(DepsPolicyColumn), d.Quote(DepsStateColumn)
 	from := "ins"
 	if notify {
@@ -146,7 +161,7 @@ func (d *Dialect) withHandOff(publish, id, edges string, notify bool, n int) str
 	return fmt.Sprintf(`WITH ins AS (%s),
 own AS (DELETE FROM %s WHERE %s = $%d),
 edge AS (INSERT INTO %s (%s, %s, %s, %s) SELECT ins.%s, $%d, $%d, %d FROM ins)
-SELECT ins.%s FROM %s`, publish, edges, ch, n, edges, ch, pa, po, st, id, n, n+1, EdgeAcked, id, from)
+SELECT %s FROM %s`, publish, edges, ch, n, edges, ch, pa, po, st, id, n, n+1, EdgeAcked, sel, from)
 }
 
 // Call writes values (one per Insert.Columns, in order) and locked_until:

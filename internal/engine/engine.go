@@ -129,11 +129,13 @@ type Engine struct {
 	// pays nothing for it.
 	watchMu sync.Mutex
 	watches []*watch
+	// running is Run's workers while Run runs (Adopt queues to them).
+	running atomic.Pointer[workers]
 }
 
 // New returns the engine of cfg.
 func New(cfg Config) *Engine {
-	return &Engine{cfg: cfg, traits: cfg.Claimer.Traits(), claim: chainClaims(cfg.Claimer, cfg.ClaimMiddleware),
+	return &Engine{cfg: cfg, traits: cfg.Claimer.Traits(), claim: chainClaims(cfg.Claimer.Claim, cfg.ClaimMiddleware),
 		stats: cfg.Counters, every: cfg.Lease * 2 / 3}
 }
 
@@ -158,6 +160,8 @@ func (e *Engine) logger() *slog.Logger {
 // within the shutdown timeout.
 func (e *Engine) Run(ctx context.Context) {
 	w := newWorkers(e, ctx)
+	e.running.Store(w)
+	defer e.running.Store(nil)
 	l := newLoop(e, w, ctx)
 	l.run(ctx)
 	w.shutdown()

@@ -18,10 +18,9 @@ type ClaimFunc func(ctx context.Context, max int) ([]*contract.Job, error)
 // embedding contract.Claimer hid the methods it did not declare.
 type ClaimMiddleware func(ctx context.Context, max int, next ClaimFunc) ([]*contract.Job, error)
 
-// chainClaims makes the claim the loop sends: mw in order around the
-// form's Claim, the first outermost. New builds it once.
-func chainClaims(c contract.Claimer, mw []ClaimMiddleware) ClaimFunc {
-	f := ClaimFunc(c.Claim)
+// chainClaims makes the claim the loop sends: mw in order around f (the
+// form's Claim), the first outermost. New builds it once.
+func chainClaims(f ClaimFunc, mw []ClaimMiddleware) ClaimFunc {
 	for i := len(mw) - 1; i >= 0; i-- {
 		m, next := mw[i], f
 		f = func(ctx context.Context, max int) ([]*contract.Job, error) { return m(ctx, max, next) }

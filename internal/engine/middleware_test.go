@@ -32,7 +32,7 @@ func TestClaimMiddlewareRunsAroundTheForm(t *testing.T) {
 		}
 	}
 	c := floorClaimer{calls: &calls}
-	claimFn := chainClaims(c, []ClaimMiddleware{named("first"), named("second")})
+	claimFn := chainClaims(c.Claim, []ClaimMiddleware{named("first"), named("second")})
 	if jobs, err := claimFn(context.Background(), 1); err != nil || len(jobs) != 1 {
 		t.Fatalf("claim through the middleware: %d jobs, %v; want the form's one", len(jobs), err)
 	}
@@ -41,7 +41,7 @@ func TestClaimMiddlewareRunsAroundTheForm(t *testing.T) {
 	}
 	calls = nil
 	skip := func(context.Context, int, ClaimFunc) ([]*contract.Job, error) { return nil, nil }
-	if jobs, _ := chainClaims(c, []ClaimMiddleware{skip, named("second")})(context.Background(), 1); len(jobs) != 0 || len(calls) != 0 {
+	if jobs, _ := chainClaims(c.Claim, []ClaimMiddleware{skip, named("second")})(context.Background(), 1); len(jobs) != 0 || len(calls) != 0 {
 		t.Fatalf("a middleware that did not call next: %d jobs, calls %v; want none", len(jobs), calls)
 	}
 	if f := floorOf(c)(); f != 42 {

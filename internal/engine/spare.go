@@ -81,6 +81,25 @@ func (s *spare) push(jobs []*contract.Job, at time.Time) {
 	s.mu.Unlock()
 }
 
+// adopt queues adopted rows (Engine.Adopt) unless the loop has stopped or
+// Run's ctx has ended: then it queues nothing and says so.
+func (s *spare) adopt(jobs []*contract.Job, at time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.done:
+		return false
+	default:
+	}
+	if s.closed {
+		return false
+	}
+	for _, j := range jobs {
+		s.q = append(s.q, task{j: j, at: at})
+	}
+	return true
+}
+
 // len is how many rows wait.
 func (s *spare) len() int {
 	s.mu.Lock()

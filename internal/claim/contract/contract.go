@@ -27,6 +27,21 @@ type Claimer interface {
 	Held() int
 }
 
+// Adopter is a Claimer that can take as its own a row this process leased
+// outside a claim: a step a handler published After its own row, written
+// already leased in the handler's transaction (the lease form). The step
+// goes to the next free worker with no claim, and so with no second commit
+// to wait for.
+type Adopter interface {
+	// Adopt reads such a row as a claim returns it (scan reads the
+	// statement's one row) and makes its Job; nothing is counted in work
+	// until Adopted, as the transaction may yet roll back.
+	Adopt(scan func(dest ...any) error) (*Job, error)
+	// Adopted counts jobs Adopt made, whose transaction committed, in
+	// work.
+	Adopted(jobs []*Job)
+}
+
 // Traits are what a form declares to the claim loop that drives it, so the
 // loop never asks which form it drives.
 type Traits struct {

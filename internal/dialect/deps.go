@@ -68,7 +68,7 @@ type DepsSQL struct {
 	parkWaiting, parkWaitingThen, deleteWaiting, deleteWaitingThen, count text
 	stranded                                                              text
 	addEdgesDrop, toRelease                                               text
-	unheld                                                                text
+	unheld, anyEdge                                                       text
 }
 
 // DepsDDL creates the edges of table, whose id column is of type idType.
@@ -182,6 +182,9 @@ UPDATE %s SET %s = NULL WHERE %s IN (%s) RETURNING %s`,
 			e, d.idsIn(ch, 1),
 			t.Name, lu, id, waitingUnlocked(fmt.Sprintf("c.%s = ANY(ARRAY(SELECT %s FROM a))", id, ch), true), id))
 	}
+	// Whether the table of edges holds any: while it holds none, no
+	// release has anything to do.
+	s.anyEdge = txt(fmt.Sprintf("SELECT 1 FROM %s LIMIT 1", e))
 	// $1 acked parents: whether a release has anything to do.
 	if d.Kind == Postgres {
 		s.toRelease = txt(fmt.Sprintf("SELECT 1 WHERE EXISTS (SELECT 1 FROM %s WHERE %s AND %s = %d) OR EXISTS (SELECT 1 FROM %s WHERE %s)",
@@ -369,6 +372,9 @@ func (s DepsSQL) ReleaseAll(acked []int64) Call {
 // read writes nothing, so a release that has nothing to do waits for no
 // flush of the log and costs the database little.
 func (s DepsSQL) ToRelease(acked []int64) Call { return s.maybe(s.toRelease, acked) }
+
+// AnyEdge returns a row when the table of edges holds any.
+func (s DepsSQL) AnyEdge() Call { return s.anyEdge.call() }
 
 // MarkAcked marks the pending edges of acked parents acked and returns
 // their children (on MySQL it reads them; MarkAckedThen marks).

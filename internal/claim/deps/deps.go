@@ -19,6 +19,7 @@ package deps
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -62,6 +63,13 @@ type Releaser struct {
 	mu    sync.Mutex
 	swept time.Time
 	later []int64 // handed-off acks waiting for their linger (AckedLater)
+	// quiet: the table of edges held none at the last look, so acks'
+	// releases are not sent; their ids wait in skipped for the next look
+	// (see look). looked is the last look's time (host time).
+	quiet   bool
+	looking bool // a look is due (quietLook after the first skip)
+	skipped []int64
+	looked  time.Time
 }
 
 // New returns the releaser of cfg.
@@ -83,6 +91,10 @@ const conflictTries = 3
 // settlement returns only then, so the claim the engine sends next finds
 // the children released.
 func (r *Releaser) Acked(id int64, then func()) {
+	if r.skip(id) {
+		then()
+		return
+	}
 	r.pending.Add(1)
 	r.acks.Submit(id, func(error) {
 		r.pending.Done()
@@ -104,6 +116,93 @@ func (r *Releaser) AckedLater(id int64) {
 	r.mu.Unlock()
 	if first {
 		time.AfterFunc(handOffLinger, r.releaseLater)
+	}
+}
+
+// quietLook is how long the acks skipped while the table of edges holds
+// none wait for the look that tells whether one was written meanwhile;
+// quietEvery is how often releases that made nothing available look
+// whether it holds none.
+const (
+	quietLook  = 50 * time.Millisecond
+	quietEvery = time.Second
+)
+
+// skip keeps the id of an acked row for the next look, while the table of
+// edges held none at the last, and says so: its release is not sent.
+func (r *Releaser) skip(id int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.quiet {
+		return false
+	}
+	r.skipped = append(r.skipped, id)
+	if !r.looking {
+		r.looking = true
+		r.pending.Add(1)
+		time.AfterFunc(quietLook, r.lookAgain)
+	}
+	return true
+}
+
+// lookAgain looks whether the table of edges still holds none. An edge to
+// a skipped row was written before that row's ack committed, so before
+// the look, and only the row's release (or the sweep) deletes it: a look
+// that finds none proves the skipped rows had no child. One that finds an
+// edge ends the quiet: the skipped rows are released as any other, and so
+// are the acks after.
+func (r *Releaser) lookAgain() {
+	defer r.pending.Done()
+	r.mu.Lock()
+	ids := r.skipped
+	r.skipped = nil
+	r.mu.Unlock()
+	empty := r.look()
+	r.mu.Lock()
+	r.quiet = empty
+	if empty && len(r.skipped) > 0 {
+		r.pending.Add(1) // acked during the look: the next one covers them
+		time.AfterFunc(quietLook, r.lookAgain)
+	} else {
+		r.looking = false
+	}
+	if !empty {
+		ids = append(ids, r.skipped...)
+		r.skipped = nil
+	}
+	r.mu.Unlock()
+	if !empty {
+		for _, id := range ids {
+			r.pending.Add(1)
+			r.acks.Submit(id, func(error) { r.pending.Done() })
+		}
+	}
+}
+
+// look reads whether the table of edges holds none (false on a failure).
+func (r *Releaser) look() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), contract.SettleTimeout)
+	defer cancel()
+	q := r.cfg.SQL.AnyEdge()
+	var one int
+	err := r.cfg.DB.QueryRowContext(ctx, q.SQL, q.Args...).Scan(&one)
+	r.mu.Lock()
+	r.looked = time.Now()
+	r.mu.Unlock()
+	return errors.Is(err, sql.ErrNoRows)
+}
+
+// maybeQuiet, after a release that made nothing available, looks at most
+// once a quietEvery whether the table of edges holds none; if so, the
+// releases of the acks that follow are skipped (see skip).
+func (r *Releaser) maybeQuiet() {
+	r.mu.Lock()
+	due := !r.quiet && time.Since(r.looked) >= quietEvery
+	r.mu.Unlock()
+	if due && r.look() {
+		r.mu.Lock()
+		r.quiet = true
+		r.mu.Unlock()
 	}
 }
 
@@ -135,6 +234,9 @@ func (r *Releaser) flush(batch []int64, _ []error) {
 	}
 	if err != nil {
 		r.cfg.Log.Warn("inbox: could not release the rows that wait for acked rows; a sweep releases them within seconds", "table", r.cfg.Table, "acked", len(batch), "err", err)
+	}
+	if err == nil && n == 0 {
+		r.maybeQuiet()
 	}
 	if n > 0 && r.cfg.Released != nil {
 		r.cfg.Released()

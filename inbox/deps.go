@@ -338,6 +338,24 @@ func (c *publishConfig) adoptTo(table, group string) *adoptable {
 	return nil
 }
 
+// writeStep writes a step After the handled row alone with its edge
+// (dialect.Insert.HandOff), leased to the handler's subscription where to
+// is set, which then takes it at the commit, and returns its id.
+func (c *publishConfig) writeStep(table string, call dialect.Call, to *adoptable, queryRow func(string, ...any) scanner) (int64, error) {
+	var id int64
+	if to != nil {
+		j, err := to.adopter.Adopt(queryRow(call.SQL, call.Args...).Scan)
+		if err != nil {
+			return 0, fmt.Errorf("inbox: publish to %q: %w", table, err)
+		}
+		c.handOff.step, id = j, j.ID
+	} else if err := queryRow(call.SQL, call.Args...).Scan(&id); err != nil {
+		return 0, fmt.Errorf("inbox: publish to %q: %w", table, err)
+	}
+	c.handedOff()
+	return id, nil
+}
+
 // handedOff records that a row After the handler's own row alone was
 // written in its transaction (see handOff.written).
 func (c *publishConfig) handedOff() {

@@ -378,21 +378,7 @@ func publish[T any, S scanner](ctx context.Context, b *Broker, catalog dialect.Q
 	}
 	var id int64
 	if ins.HandsOff() {
-		call = ins.HandOff(call, cfg.ackedInTx, int(cfg.policy))
-		if to != nil {
-			j, err := to.adopter.Adopt(queryRow(call.SQL, call.Args...).Scan)
-			if err != nil {
-				return 0, fmt.Errorf("inbox: publish to %q: %w", q.table, err)
-			}
-			cfg.handOff.step = j
-			cfg.handedOff()
-			return j.ID, nil
-		}
-		if err = queryRow(call.SQL, call.Args...).Scan(&id); err != nil {
-			return 0, fmt.Errorf("inbox: publish to %q: %w", q.table, err)
-		}
-		cfg.handedOff()
-		return id, nil
+		return cfg.writeStep(q.table, ins.HandOff(call, cfg.ackedInTx, int(cfg.policy)), to, func(query string, args ...any) scanner { return queryRow(query, args...) })
 	}
 	if ins.Returns() {
 		err = queryRow(call.SQL, call.Args...).Scan(&id)

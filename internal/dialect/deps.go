@@ -182,9 +182,6 @@ UPDATE %s SET %s = NULL WHERE %s IN (%s) RETURNING %s`,
 			e, d.idsIn(ch, 1),
 			t.Name, lu, id, waitingUnlocked(fmt.Sprintf("c.%s = ANY(ARRAY(SELECT %s FROM a))", id, ch), true), id))
 	}
-	// Whether the table of edges holds any: while it holds none, no
-	// release has anything to do.
-	s.anyEdge = txt(fmt.Sprintf("SELECT 1 FROM %s LIMIT 1", e))
 	// $1 acked parents: whether a release has anything to do.
 	if d.Kind == Postgres {
 		s.toRelease = txt(fmt.Sprintf("SELECT 1 WHERE EXISTS (SELECT 1 FROM %s WHERE %s AND %s = %d) OR EXISTS (SELECT 1 FROM %s WHERE %s)",
@@ -220,6 +217,9 @@ UPDATE %s SET %s = NULL WHERE %s IN (%s) RETURNING %s`,
 func (s *DepsSQL) writeReads(d *Dialect, t Table, e string, txt func(string) text, probe func(value, ref string) string, blocked func(c string, acked bool) string) {
 	ch, pa, st := d.Quote(DepsChildColumn), d.Quote(DepsParentColumn), d.Quote(DepsStateColumn)
 	id, lu := t.ID, t.LockedUntil
+	// Whether the table of edges holds any: while it holds none, no
+	// release has anything to do.
+	s.anyEdge = txt(fmt.Sprintf("SELECT 1 FROM %s LIMIT 1", e))
 	// $1 the child, $2 Never. A pending edge whose parent is gone counts
 	// as acked, and one whose parent is parked as failed: the release that
 	// marks it may still be queued when the child runs (released by the

@@ -11,7 +11,7 @@ import (
 // ApplyDependencies creates the edges of table (table_deps), which let a
 // row wait for others (inbox.After): child_id and parent_id of the type of
 // table's idColumn, policy and state (small integers), primary key
-// (parent_id, child_id) and an index on child_id. table must exist.
+// (parent_id, child_id) and an index on (child_id, state). table must exist.
 // Idempotent. A subscription of a table that has its edges releases the
 // children of the rows it acks; a table without them runs as before, with
 // no statement added.

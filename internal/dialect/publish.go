@@ -146,11 +146,12 @@ func (d *Dialect) Publish(in Insert, tm Times) PublishSQL {
 	return PublishSQL{text: d.text(q, tm), notify: in.Notify, returns: d.Returns(), handOff: handOff}
 }
 
-// withHandOff wraps a publish (as the CTE ins) so that it also writes the
-// row's edge to the parent of the last parameter but one, acked, under the
-// policy of the last, and drops that parent's own edges (see
-// Insert.HandOff), and returns sel (of ins, the row id in it); with notify, it notifies as withNotify
-// does, parameters n and n+1, the parent's n+2 and n+3.
+// withHandOff wraps a publish (as the CTE ins, whose id column is id) so
+// that it also writes the row's edge to the parent of the last parameter
+// but one, acked, under the policy of the last, and drops that parent's
+// own edges (see Insert.HandOff); it returns sel, read from ins. With
+// notify, it notifies as withNotify does, parameters n and n+1, the
+// parent's n+2 and n+3.
 func (d *Dialect) withHandOff(publish, id, sel, edges string, notify bool, n int) string {
 	ch, pa, po, st := d.Quote(DepsChildColumn), d.Quote(DepsParentColumn), d.Quote(DepsPolicyColumn), d.Quote(DepsStateColumn)
 	from := "ins"

@@ -75,29 +75,41 @@ type spare struct {
 // spare rows start one after the other.
 func (s *spare) push(jobs []*contract.Job, at time.Time) {
 	s.mu.Lock()
-	for _, j := range jobs {
-		s.q = append(s.q, task{j: j, at: at})
-	}
+	s.add(jobs, at)
 	s.mu.Unlock()
 }
 
-// adopt queues adopted rows (Engine.Adopt) unless the loop has stopped or
-// Run's ctx has ended: then it queues nothing and says so.
+// adopt queues adopted rows (Engine.Adopt) unless no spare row may start
+// any more (shut): then it queues nothing and says so.
 func (s *spare) adopt(jobs []*contract.Job, at time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	select {
-	case <-s.done:
-		return false
-	default:
-	}
-	if s.closed {
+	if s.shut() {
 		return false
 	}
+	s.add(jobs, at)
+	return true
+}
+
+// add queues jobs; s.mu is held.
+func (s *spare) add(jobs []*contract.Job, at time.Time) {
 	for _, j := range jobs {
 		s.q = append(s.q, task{j: j, at: at})
 	}
-	return true
+}
+
+// shut says no spare row starts any more: the loop stopped, or Run's ctx
+// ended (the loop's stop gives back what waits); s.mu is held.
+func (s *spare) shut() bool {
+	if s.closed {
+		return true
+	}
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // len is how many rows wait.
@@ -112,13 +124,8 @@ func (s *spare) len() int {
 func (s *spare) take() (task, int, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || s.head == len(s.q) {
+	if s.head == len(s.q) || s.shut() {
 		return task{}, 0, false
-	}
-	select {
-	case <-s.done:
-		return task{}, 0, false // the loop's stop gives it back
-	default:
 	}
 	t := s.q[s.head]
 	s.q[s.head] = task{}
